@@ -1,0 +1,47 @@
+// Fused scoring and selection: the top-k indices without the logits matrix.
+#pragma once
+
+#include <cstdint>
+
+#include "dsa/context.hpp"
+#include "dsa/logits.hpp"
+#include "dsa/schedule.hpp"
+#include "dsa/status.hpp"
+#include "dsa/tensor.hpp"
+#include "dsa/topk.hpp"
+
+namespace dsa {
+
+enum class IndexTopkStrategy {
+  automatic,         // the faster of the two for this backend and shape
+  fused,             // selection inside the scoring pass; logits never written in full
+  logits_then_topk,  // paged_mqa_logits into the workspace, then topk
+};
+
+struct IndexTopkOptions {
+  int k = kMaxTopk;
+  bool sorted = false;          // as TopkOptions::sorted
+  bool physical_slots = false;  // write cache slots instead of positions (uses block_table)
+  LogitsPath path = LogitsPath::automatic;
+  IndexTopkStrategy strategy = IndexTopkStrategy::automatic;
+};
+
+// Same inputs as paged_mqa_logits (q, key_cache, weights, context_lens,
+// block_table, schedule, max_context_len), plus
+//   topk_lens  int32 [B * next_n]: row r selects among positions
+//              [0, topk_lens[r]), with topk_lens[r] <= L[b, j]; an empty view
+//              means topk_lens[r] = context_lens[b, j] (the causal convention);
+//              with expanded lengths pass the causal ones here
+//   indices    int32 [B * next_n, K] output, K >= options.k
+// The result is exactly topk(paged_mqa_logits(...), topk_lens, k) with the
+// same options: same contract, same tie rule, bitwise deterministic.
+Status index_topk(const TensorView& q, const TensorView& key_cache, const TensorView& weights,
+                  const TensorView& context_lens, const TensorView& block_table,
+                  const TensorView& schedule, std::int64_t max_context_len,
+                  const TensorView& topk_lens, const TensorView& indices,
+                  const IndexTopkOptions& options, const ExecContext& ctx);
+// Workspace for `rows` rows (B * next_n) of up to max_context_len positions.
+std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_context_len,
+                                       const IndexTopkOptions& options, const ExecContext& ctx);
+
+}  // namespace dsa

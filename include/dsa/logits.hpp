@@ -1,0 +1,53 @@
+// The lightning indexer: paged MQA logits.
+#pragma once
+
+#include <cstdint>
+
+#include "dsa/context.hpp"
+#include "dsa/schedule.hpp"
+#include "dsa/status.hpp"
+#include "dsa/tensor.hpp"
+
+namespace dsa {
+
+struct LogitsOptions {
+  // Fill positions L[b, j] <= p < max_context_len of every row with -inf
+  // (otherwise they hold unspecified values).
+  bool clean_logits = false;
+  LogitsPath path = LogitsPath::automatic;
+};
+
+// Scores every cached key position for every query row.
+//
+//   q               float8_e4m3 [B, next_n, H, D]; inner dimension contiguous,
+//                   row strides multiples of 16 bytes. H in {32, 64} on the
+//                   Hopper backend, any H >= 1 elsewhere; D == the cache's D.
+//   key_cache       uint8 paged cache (see dsa/cache.hpp) of num_pages pages
+//   weights         float32 [B * next_n, H], inner dimension contiguous; the
+//                   query scale is already folded in (see dsa/query.hpp)
+//   context_lens    int32 [B, next_n]; 0 <= L[b, j] <= max_context_len
+//   block_table     int32 [B, max_blocks], inner dimension contiguous;
+//                   ceil(L[b, j] / 64) <= max_blocks (length_out_of_range).
+//                   Entries [b, i] with i < ceil(max_j L[b, j] / 64) must be
+//                   page indices in [0, num_pages) (page_out_of_range); later
+//                   entries are never read and may hold anything (-1 padding).
+//   schedule        int32 [num_workers + 1, 2] from plan_schedule for the same
+//                   B and path (see dsa/schedule.hpp)
+//   max_context_len >= 0; the number of logits columns that are defined
+//   logits          float32 or bfloat16 [B * next_n, N] output with
+//                   N >= max_context_len, inner dimension contiguous, any row
+//                   stride >= max_context_len
+//
+// For row r = b * next_n + j and 0 <= p < L[b, j]:
+//   logits[r, p] = sum_h weights[r, h] * max(0, scale[p] * sum_d q[b, j, h, d] * key[p, d])
+// where key[p] and scale[p] are those of slot block_table[b, p / 64] * 64 + p % 64.
+// Columns p >= max_context_len are never written. The native and per-token
+// paths compute the same function. Results are bitwise identical run to run.
+Status paged_mqa_logits(const TensorView& q, const TensorView& key_cache, const TensorView& weights,
+                        const TensorView& context_lens, const TensorView& block_table,
+                        const TensorView& schedule, std::int64_t max_context_len,
+                        const TensorView& logits, const LogitsOptions& options,
+                        const ExecContext& ctx);
+std::size_t paged_mqa_logits_workspace_bytes(const ExecContext& ctx);
+
+}  // namespace dsa

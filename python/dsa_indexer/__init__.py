@@ -1,0 +1,62 @@
+"""dsa_indexer: index selection for DeepSeek Sparse Attention.
+
+The lightning indexer's paged MQA logits, exact top-k and their fused form,
+plus the cache store, query quantization, context-length builders and the
+work schedule, for NumPy (CPU backend), PyTorch and CuPy arrays on the CPU or
+a CUDA device. See dsa_indexer.ops for the conventions every function shares,
+dsa_indexer.compat.deep_gemm for DeepGEMM-compatible entry points and
+dsa_indexer.integration for serving-engine helpers. With PyTorch installed the
+operations are also torch.ops.dsa_indexer.* custom operators.
+"""
+
+from . import _core
+from .ops import (
+    CHUNK_TOKENS,
+    MAX_TOPK,
+    PAGE_TOKENS,
+    causal_context_lens,
+    context_lens,
+    default_num_workers,
+    expanded_context_lens,
+    index_topk,
+    legacy_context_lens,
+    make_context,
+    paged_mqa_logits,
+    plan_schedule,
+    quantize_queries,
+    read_device_error,
+    resolve_logits_path,
+    store_index_keys,
+    topk,
+    workspace_bytes,
+)
+
+built_with_cuda = _core.built_with_cuda
+cuda_device_count = _core.cuda_device_count
+device_info = _core.device_info
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CHUNK_TOKENS",
+    "MAX_TOPK",
+    "PAGE_TOKENS",
+    "built_with_cuda",
+    "causal_context_lens",
+    "context_lens",
+    "cuda_device_count",
+    "default_num_workers",
+    "device_info",
+    "expanded_context_lens",
+    "index_topk",
+    "legacy_context_lens",
+    "make_context",
+    "paged_mqa_logits",
+    "plan_schedule",
+    "quantize_queries",
+    "read_device_error",
+    "resolve_logits_path",
+    "store_index_keys",
+    "topk",
+    "workspace_bytes",
+]

@@ -1,0 +1,134 @@
+"""The array frameworks dsa_indexer works with: NumPy, PyTorch and CuPy.
+
+Everything that depends on which framework an argument comes from lives here:
+handing arrays to the extension without copies, allocating outputs and
+workspaces in the caller's framework on the caller's device, and the default
+CUDA stream of that framework. PyTorch and CuPy are only looked up when the
+caller already imported them (an argument from them cannot exist otherwise).
+"""
+
+import sys
+
+import numpy as np
+
+from . import _core
+
+NUMPY = "numpy"
+TORCH = "torch"
+CUPY = "cupy"
+
+# Element types by the names the library uses.
+_NUMPY_DTYPES = {
+    "uint8": np.uint8,
+    "int32": np.int32,
+    "int64": np.int64,
+    "float32": np.float32,
+    # NumPy has no fp8 type: fp8 arrays hold the raw e4m3fn bytes.
+    "float8_e4m3": np.uint8,
+}
+
+
+def framework_of(array):
+    """Name of the framework `array` belongs to (TypeError for anything else)."""
+    module = type(array).__module__
+    if module.startswith("torch"):
+        return TORCH
+    if module.startswith("cupy"):
+        return CUPY
+    if isinstance(array, np.ndarray):
+        return NUMPY
+    raise TypeError(
+        f"expected a NumPy array, PyTorch tensor or CuPy array, got {type(array).__name__}"
+    )
+
+
+def _torch():
+    return sys.modules["torch"]
+
+
+def _cupy():
+    return sys.modules["cupy"]
+
+
+def export(array):
+    """An object the extension reads in place (via DLPack or the buffer protocol).
+
+    PyTorch tensors go through torch.utils.dlpack.to_dlpack, which neither
+    synchronizes streams nor records events (safe during CUDA-graph capture);
+    fp8 tensors are exported as their uint8 bytes, which the extension reads
+    as e4m3fn for fp8 arguments (not every PyTorch release exports float8
+    through DLPack). CuPy arrays go through toDlpack for the same reason.
+    None stays None (an absent optional argument).
+    """
+    if array is None:
+        return None
+    module = type(array).__module__
+    if module.startswith("torch"):
+        torch = _torch()
+        if array.dtype == torch.float8_e4m3fn:
+            array = array.view(torch.uint8)
+        if array.requires_grad:
+            array = array.detach()
+        return torch.utils.dlpack.to_dlpack(array)
+    if module.startswith("cupy"):
+        return array.toDlpack()
+    return array
+
+
+def device_of(array):
+    """(_core.DeviceType, index) of the memory behind `array`."""
+    framework = framework_of(array)
+    if framework == TORCH:
+        device = array.device
+        if device.type == "cuda":
+            index = device.index if device.index is not None else _torch().cuda.current_device()
+            return _core.DeviceType.cuda, index
+        return _core.DeviceType.cpu, 0
+    if framework == CUPY:
+        return _core.DeviceType.cuda, array.device.id
+    return _core.DeviceType.cpu, 0
+
+
+def current_stream(array):
+    """The framework's current CUDA stream for `array`'s device as an integer (0 on the CPU)."""
+    framework = framework_of(array)
+    if framework == TORCH and array.device.type == "cuda":
+        return _torch().cuda.current_stream(array.device).cuda_stream
+    if framework == CUPY:
+        with array.device:
+            return _cupy().cuda.get_current_stream().ptr
+    return 0
+
+
+def empty(like, shape, dtype):
+    """An uninitialized array of `dtype` (a library dtype name) in `like`'s framework and device."""
+    framework = framework_of(like)
+    shape = tuple(int(extent) for extent in shape)
+    if framework == TORCH:
+        torch = _torch()
+        torch_dtypes = {
+            "uint8": torch.uint8,
+            "int32": torch.int32,
+            "int64": torch.int64,
+            "float32": torch.float32,
+            "bfloat16": torch.bfloat16,
+            "float8_e4m3": torch.float8_e4m3fn,
+        }
+        return torch.empty(shape, dtype=torch_dtypes[dtype], device=like.device)
+    if dtype not in _NUMPY_DTYPES:
+        raise TypeError(f"{framework} has no {dtype} arrays; pass a preallocated output")
+    if framework == CUPY:
+        with like.device:
+            return _cupy().empty(shape, dtype=_NUMPY_DTYPES[dtype])
+    return np.empty(shape, dtype=_NUMPY_DTYPES[dtype])
+
+
+def workspace(like, nbytes):
+    """Scratch memory of `nbytes` on `like`'s device, or None when nbytes is 0.
+
+    The buffer is over-allocated by the workspace alignment; the extension
+    aligns the pointer itself.
+    """
+    if nbytes == 0:
+        return None
+    return empty(like, (nbytes + _core.workspace_alignment(),), "uint8")

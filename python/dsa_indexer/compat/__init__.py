@@ -1,0 +1,1 @@
+"""Drop-in replacements for the APIs serving engines call today."""

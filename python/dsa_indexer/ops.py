@@ -1,0 +1,346 @@
+"""Pythonic entry points to every dsa-indexer operation.
+
+Each function takes arrays from NumPy, PyTorch or CuPy (any strides the
+operation accepts; nothing is copied), runs on the device the arrays live on,
+and returns its outputs. Outputs are allocated in the caller's framework on
+the same device unless given with `out=` (written in place and returned).
+The exact semantics and argument rules are those of the C++ API
+(include/dsa/*.hpp); a broken rule raises ValueError whose message names the
+operation, the argument and the rule.
+
+Execution keywords accepted by every operation:
+  backend             "auto" (default), "cpu_reference", "cpu", "cuda_generic", "cuda_hopper"
+  stream              CUDA stream handle as an int; default: the framework's current
+                      stream for the arrays' device (torch.cuda.current_stream(),
+                      cupy.cuda.get_current_stream())
+  num_threads         CPU backend worker threads (0: all cores)
+  reference_float64   cpu_reference: accumulate in float64
+  check_device_errors CUDA: synchronize at the end and raise data-dependent errors
+                      (not during graph capture)
+  workspace           a 1-D uint8 array on the arrays' device to use as scratch
+                      memory (default: allocated per call in the caller's framework);
+                      keep it to call read_device_error() afterwards
+
+fp8 arguments (queries) take float8_e4m3fn tensors or uint8 arrays holding the
+e4m3fn bytes (NumPy and CuPy have no fp8 type). Under torch.compile the
+functions dispatch to the torch.ops.dsa_indexer custom operators.
+"""
+
+from . import _core
+from . import _frameworks as fw
+
+_BACKENDS = {
+    "auto": _core.Backend.automatic,
+    "automatic": _core.Backend.automatic,
+    "cpu_reference": _core.Backend.cpu_reference,
+    "cpu": _core.Backend.cpu,
+    "cuda_generic": _core.Backend.cuda_generic,
+    "cuda_hopper": _core.Backend.cuda_hopper,
+}
+_PATHS = {
+    "auto": _core.LogitsPath.automatic,
+    "automatic": _core.LogitsPath.automatic,
+    "native": _core.LogitsPath.native,
+    "per_token": _core.LogitsPath.per_token,
+}
+_STRATEGIES = {
+    "auto": _core.IndexTopkStrategy.automatic,
+    "automatic": _core.IndexTopkStrategy.automatic,
+    "fused": _core.IndexTopkStrategy.fused,
+    "logits_then_topk": _core.IndexTopkStrategy.logits_then_topk,
+}
+_LENGTH_BUILDERS = {
+    "causal": _core.causal_context_lens,
+    "expanded": _core.expanded_context_lens,
+    "legacy": _core.legacy_context_lens,
+}
+
+MAX_TOPK = _core.MAX_TOPK
+PAGE_TOKENS = _core.PAGE_TOKENS
+CHUNK_TOKENS = _core.CHUNK_TOKENS
+
+
+def _choice(table, value, what):
+    try:
+        return table[value]
+    except KeyError:
+        raise ValueError(f"{what}: unknown value {value!r}; accepted: {sorted(table)}") from None
+
+
+def make_context(like, backend="auto", stream=None, num_threads=0, reference_float64=False,
+                 check_device_errors=False):
+    """The _core.ExecContext for arrays like `like` (see the execution keywords above)."""
+    ctx = _core.ExecContext()
+    ctx.backend = _choice(_BACKENDS, backend, "backend")
+    ctx.stream = fw.current_stream(like) if stream is None else int(stream)
+    ctx.num_threads = int(num_threads)
+    ctx.reference_float64 = bool(reference_float64)
+    ctx.check_device_errors = bool(check_device_errors)
+    return ctx
+
+
+def _basic_workspace(like, ctx, workspace):
+    """The caller's workspace, or one for operations that only keep the device error record."""
+    if workspace is not None:
+        return workspace
+    return fw.workspace(like, _core.paged_mqa_logits_workspace_bytes(ctx))
+
+
+def _dims(array):
+    return tuple(int(extent) for extent in array.shape)
+
+
+def _extent(array, dim, fallback=0):
+    """array.shape[dim], or `fallback` when the rank is too small (the library then reports
+    the bad rank with its own message)."""
+    shape = _dims(array)
+    return shape[dim] if -len(shape) <= dim < len(shape) else fallback
+
+
+def _device(like):
+    return fw.device_of(like)
+
+
+# ---------------------------------------------------------------------------
+# Keys and queries
+
+
+def store_index_keys(keys, slot_mapping, cache, *, power_of_two_scales=False, workspace=None,
+                     **execution):
+    """Quantizes keys [N, D] (bfloat16/float32) to fp8 and writes them into `cache` at the
+    slots `slot_mapping` [N] (int32/int64; negative: skipped). Returns `cache`."""
+    if _torch_ops.is_compiling():
+        _torch_ops.store_index_keys(keys, slot_mapping, cache, power_of_two_scales,
+                                   execution.get("backend", "auto"))
+        return cache
+    ctx = make_context(cache, **execution)
+    ws = workspace if workspace is not None else fw.workspace(
+        cache, _core.store_index_keys_workspace_bytes(ctx))
+    _core.store_index_keys(fw.export(keys), fw.export(slot_mapping), fw.export(cache),
+                           bool(power_of_two_scales), ctx, fw.export(ws))
+    return cache
+
+
+def quantize_queries(q, head_gate, *, power_of_two_scales=False, weight_scale=0.0, out=None,
+                     workspace=None, **execution):
+    """Quantizes q [B, next_n, H, D] per (row, head) and folds the scales into the gate.
+
+    Returns (q_fp8 [B, next_n, H, D], weights float32 [B * next_n, H]); `out` may give
+    both as a pair. weight_scale 0 means H^-0.5 * D^-0.5."""
+    if out is None and _torch_ops.is_compiling():
+        return _torch_ops.quantize_queries(q, head_gate, power_of_two_scales, weight_scale,
+                                          execution.get("backend", "auto"))
+    if out is None:
+        dims = _dims(q)
+        rows = dims[0] * dims[1] if len(dims) == 4 else 0
+        out = (fw.empty(q, dims, "float8_e4m3"), fw.empty(q, (rows, _extent(q, 2)), "float32"))
+    q_fp8, weights = out
+    ctx = make_context(q, **execution)
+    ws = workspace if workspace is not None else fw.workspace(
+        q, _core.quantize_queries_workspace_bytes(ctx))
+    _core.quantize_queries(fw.export(q), fw.export(head_gate), fw.export(q_fp8),
+                           fw.export(weights), bool(power_of_two_scales), float(weight_scale),
+                           ctx, fw.export(ws))
+    return q_fp8, weights
+
+
+# ---------------------------------------------------------------------------
+# Context lengths and schedule
+
+
+def context_lens(lens, next_n, convention="causal", *, out=None, workspace=None, **execution):
+    """Builds int32 context_lens [B, next_n] from int32 lengths [B].
+
+    convention "causal":   L[b, j] = lens[b] + j + 1        (lens = committed prefix)
+               "expanded": L[b, j] = lens[b] + next_n       (lens = committed prefix)
+               "legacy":   L[b, j] = max(0, lens[b] - next_n + j + 1)  (1-D lengths)"""
+    builder = _choice(_LENGTH_BUILDERS, convention, "convention")
+    if out is None and _torch_ops.is_compiling():
+        return _torch_ops.context_lens(lens, int(next_n), convention,
+                                      execution.get("backend", "auto"))
+    if out is None:
+        out = fw.empty(lens, (_extent(lens, 0), max(int(next_n), 0)), "int32")
+    ctx = make_context(lens, **execution)
+    ws = _basic_workspace(lens, ctx, workspace)
+    builder(fw.export(lens), int(next_n), fw.export(out), ctx, fw.export(ws))
+    return out
+
+
+def causal_context_lens(prefix_lens, next_n, **kwargs):
+    """context_lens(prefix_lens, next_n, "causal"): L[b, j] = prefix_lens[b] + j + 1."""
+    return context_lens(prefix_lens, next_n, "causal", **kwargs)
+
+
+def expanded_context_lens(prefix_lens, next_n, **kwargs):
+    """context_lens(prefix_lens, next_n, "expanded"): L[b, j] = prefix_lens[b] + next_n."""
+    return context_lens(prefix_lens, next_n, "expanded", **kwargs)
+
+
+def legacy_context_lens(lens, next_n, **kwargs):
+    """context_lens(lens, next_n, "legacy"): L[b, j] = max(0, lens[b] - next_n + j + 1)."""
+    return context_lens(lens, next_n, "legacy", **kwargs)
+
+
+def default_num_workers(like, **execution):
+    """Workers plan_schedule plans for by default: the multiprocessor count of the arrays'
+    CUDA device, the CPU backend's thread count on the host."""
+    device_type, index = _device(like)
+    return _core.default_num_workers(device_type, index, make_context(like, **execution))
+
+
+def resolve_logits_path(path, next_n, num_heads, like, **execution):
+    """The path ("native" or "per_token") `path` resolves to for this shape and device."""
+    device_type, index = _device(like)
+    resolved = _core.resolve_logits_path(_choice(_PATHS, path, "path"), int(next_n),
+                                         int(num_heads), device_type, index,
+                                         make_context(like, **execution))
+    return resolved.name
+
+
+def plan_schedule(context_lens, num_workers=None, path="auto", *, out=None, workspace=None,
+                  **execution):
+    """Plans the scoring schedule int32 [num_workers + 1, 2] for context_lens [B, next_n].
+
+    num_workers defaults to default_num_workers(); path must match the scoring call
+    ("auto" resolves as for H = 64). Runs on the device of context_lens (no host sync)."""
+    if out is None and _torch_ops.is_compiling():
+        return _torch_ops.plan_schedule(context_lens, int(num_workers or 0), path,
+                                       execution.get("backend", "auto"))
+    _choice(_PATHS, path, "path")
+    ctx = make_context(context_lens, **execution)
+    if num_workers is None:
+        device_type, index = _device(context_lens)
+        num_workers = _core.default_num_workers(device_type, index, ctx)
+    if out is None:
+        out = fw.empty(context_lens, (max(int(num_workers), 0) + 1, 2), "int32")
+    ws = _basic_workspace(context_lens, ctx, workspace)
+    _core.plan_schedule(fw.export(context_lens), int(num_workers), _PATHS[path], fw.export(out),
+                        ctx, fw.export(ws))
+    return out
+
+
+def _scoring_schedule(q, context_lens, schedule, path, execution):
+    """The caller's schedule, or one planned now on the device for the path the call uses."""
+    if schedule is not None:
+        return schedule
+    resolved = resolve_logits_path(path, _extent(q, 1, 1), _extent(q, 2, 1), q, **execution)
+    return plan_schedule(context_lens, path=resolved, **execution)
+
+
+# ---------------------------------------------------------------------------
+# Scoring and selection
+
+
+def paged_mqa_logits(q, key_cache, weights, context_lens, block_table, max_context_len,
+                     schedule=None, *, clean_logits=False, path="auto", out=None,
+                     out_dtype="float32", workspace=None, **execution):
+    """Lightning-indexer logits [B * next_n, max_context_len] (float32 by default).
+
+    q fp8 [B, next_n, H, D]; key_cache uint8 paged cache ([pages, bytes] or DeepGEMM's
+    [pages, 64, 1, D + 4]); weights float32 [B * next_n, H]; context_lens int32
+    [B, next_n]; block_table int32 [B, max_blocks] (a strided view is fine);
+    schedule from plan_schedule (planned now when None). `out` may have any row
+    stride >= max_context_len."""
+    if out is None and _torch_ops.is_compiling():
+        return _torch_ops.paged_mqa_logits(q, key_cache, weights, context_lens, block_table,
+                                          schedule, int(max_context_len), bool(clean_logits),
+                                          path, execution.get("backend", "auto"))
+    path_value = _choice(_PATHS, path, "path")
+    schedule = _scoring_schedule(q, context_lens, schedule, path, execution)
+    if out is None:
+        rows = _extent(q, 0) * _extent(q, 1)
+        out = fw.empty(q, (rows, max(int(max_context_len), 0)), out_dtype)
+    ctx = make_context(q, **execution)
+    ws = workspace if workspace is not None else fw.workspace(
+        q, _core.paged_mqa_logits_workspace_bytes(ctx))
+    _core.paged_mqa_logits(fw.export(q), fw.export(key_cache), fw.export(weights),
+                           fw.export(context_lens), fw.export(block_table), fw.export(schedule),
+                           int(max_context_len), fw.export(out), bool(clean_logits), path_value,
+                           ctx, fw.export(ws))
+    return out
+
+
+def topk(logits, lengths, k, *, sorted=False, block_table=None, rows_per_request=1, out=None,
+         workspace=None, **execution):
+    """Indices int32 [T, k] of the k largest logits of each row among [0, lengths[r]).
+
+    Rows with lengths[r] <= k give 0 .. lengths[r] - 1 then -1. With block_table
+    ([B, max_blocks]) positions become cache slots of request r // rows_per_request."""
+    if out is None and _torch_ops.is_compiling():
+        return _torch_ops.topk(logits, lengths, int(k), bool(sorted), block_table,
+                              int(rows_per_request), execution.get("backend", "auto"))
+    if out is None:
+        out = fw.empty(logits, (_extent(logits, 0), max(int(k), 0)), "int32")
+    ctx = make_context(logits, **execution)
+    if workspace is None:
+        nbytes = _core.topk_workspace_bytes(_extent(logits, 0), _extent(logits, 1), int(k), ctx)
+        workspace = fw.workspace(logits, nbytes)
+    _core.topk(fw.export(logits), fw.export(lengths), int(k), fw.export(out), bool(sorted),
+               fw.export(block_table), int(rows_per_request), ctx, fw.export(workspace))
+    return out
+
+
+def _index_topk_options(k, sorted, physical_slots, path, strategy):
+    options = _core.IndexTopkOptions()
+    options.k = int(k)
+    options.sorted = bool(sorted)
+    options.physical_slots = bool(physical_slots)
+    options.path = _choice(_PATHS, path, "path")
+    options.strategy = _choice(_STRATEGIES, strategy, "strategy")
+    return options
+
+
+def index_topk(q, key_cache, weights, context_lens, block_table, max_context_len, k=MAX_TOPK,
+               schedule=None, topk_lens=None, *, sorted=False, physical_slots=False, path="auto",
+               strategy="auto", out=None, workspace=None, **execution):
+    """topk(paged_mqa_logits(...), topk_lens, k) without materializing the logits.
+
+    topk_lens int32 [B * next_n] (None: the context lengths, the causal convention;
+    with expanded lengths pass the causal ones). Returns int32 [B * next_n, k]."""
+    if out is None and _torch_ops.is_compiling():
+        return _torch_ops.index_topk(q, key_cache, weights, context_lens, block_table, schedule,
+                                    int(max_context_len), topk_lens, int(k), bool(sorted),
+                                    bool(physical_slots), path, strategy,
+                                    execution.get("backend", "auto"))
+    options = _index_topk_options(k, sorted, physical_slots, path, strategy)
+    schedule = _scoring_schedule(q, context_lens, schedule, path, execution)
+    rows = _extent(q, 0) * _extent(q, 1)
+    if out is None:
+        out = fw.empty(q, (rows, max(int(k), 0)), "int32")
+    ctx = make_context(q, **execution)
+    if workspace is None:
+        nbytes = _core.index_topk_workspace_bytes(rows, int(max_context_len), options, ctx)
+        workspace = fw.workspace(q, nbytes)
+    _core.index_topk(fw.export(q), fw.export(key_cache), fw.export(weights),
+                     fw.export(context_lens), fw.export(block_table), fw.export(schedule),
+                     int(max_context_len), fw.export(topk_lens), fw.export(out), options, ctx,
+                     fw.export(workspace))
+    return out
+
+
+def read_device_error(workspace, *, like=None, **execution):
+    """Synchronizes the stream and raises the first data-dependent error that the last CUDA
+    operation given this `workspace` recorded (its own arrays' device and stream)."""
+    ctx = make_context(workspace if like is None else like, **execution)
+    _core.read_device_error(ctx, fw.export(workspace))
+
+
+def workspace_bytes(operation, like, *, rows=0, max_length=0, k=MAX_TOPK, sorted=False,
+                    physical_slots=False, path="auto", strategy="auto", **execution):
+    """Bytes of workspace `operation` needs (add workspace_alignment() when allocating a
+    buffer whose start may not be aligned)."""
+    ctx = make_context(like, **execution)
+    if operation == "topk":
+        return _core.topk_workspace_bytes(int(rows), int(max_length), int(k), ctx)
+    if operation == "index_topk":
+        options = _index_topk_options(k, sorted, physical_slots, path, strategy)
+        return _core.index_topk_workspace_bytes(int(rows), int(max_length), options, ctx)
+    if operation == "store_index_keys":
+        return _core.store_index_keys_workspace_bytes(ctx)
+    if operation == "quantize_queries":
+        return _core.quantize_queries_workspace_bytes(ctx)
+    return _core.paged_mqa_logits_workspace_bytes(ctx)
+
+
+# Imported last: the custom operators wrap the functions above.
+from . import torch_ops as _torch_ops  # noqa: E402

@@ -1,0 +1,323 @@
+// The public operations: validate -> choose a backend -> call exactly one
+// backend entry point (src/backend.hpp).
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "backend.hpp"
+#include "cpu/parallel.hpp"
+#include "device_error.hpp"
+#include "dsa/dsa.hpp"
+#include "validate.hpp"
+
+namespace dsa {
+
+using detail::Engine;
+namespace cpu = detail::cpu;
+namespace cuda = detail::cuda;
+
+namespace {
+
+// The head dimension resolve_logits_path assumes (the DeepSeek-V3.2 indexer's).
+constexpr int kModelHeadDim = 128;
+// plan_schedule resolves `automatic` for the model's indexer head count.
+constexpr int kModelHeads = 64;
+
+bool is_cpu_backend(Backend backend) {
+  return backend == Backend::cpu || backend == Backend::cpu_reference;
+}
+
+bool is_cuda_engine(Engine engine) {
+  return engine == Engine::cuda_generic || engine == Engine::cuda_hopper;
+}
+
+// The engine for an operation without a Hopper-specific kernel.
+Status select_engine(const char* op, Device device, const ExecContext& ctx, Engine* engine) {
+  const bool on_cuda = device.type == DeviceType::cuda;
+  if (on_cuda == is_cpu_backend(ctx.backend) && ctx.backend != Backend::automatic) {
+    return {ErrorCode::bad_device, std::string(op) + ": ctx.backend: the " + backend_name(ctx.backend) +
+                                       " backend cannot run on tensors in " +
+                                       (on_cuda ? "CUDA device memory" : "host memory")};
+  }
+  if (!on_cuda) {
+    *engine = ctx.backend == Backend::cpu_reference ? Engine::cpu_reference : Engine::cpu_parallel;
+  } else {
+    *engine = Engine::cuda_generic;
+  }
+  return Status::success();
+}
+
+// Key rows one work item scores together: a request's next_n rows on the
+// native path, one row on the per-token path.
+int rows_per_item(LogitsPath path, std::int64_t next_n) {
+  return path == LogitsPath::per_token ? 1 : static_cast<int>(next_n);
+}
+
+bool hopper_candidate(Device device, const ExecContext& ctx) {
+  return device.type == DeviceType::cuda &&
+         (ctx.backend == Backend::automatic || ctx.backend == Backend::cuda_hopper) &&
+         cuda::hopper_available(device.index);
+}
+
+LogitsPath resolve_path(LogitsPath requested, std::int64_t next_n, std::int64_t heads, int head_dim,
+                        Device device, const ExecContext& ctx) {
+  if (requested != LogitsPath::automatic) return requested;
+  // The CPU and generic CUDA backends score every next_n natively; the Hopper
+  // kernels only some, and flatten the rest when their next_n = 1 variant exists.
+  if (hopper_candidate(device, ctx) &&
+      !cuda::hopper_supports_native(static_cast<int>(next_n), static_cast<int>(heads), head_dim) &&
+      cuda::hopper_supports_native(1, static_cast<int>(heads), head_dim)) {
+    return LogitsPath::per_token;
+  }
+  return LogitsPath::native;
+}
+
+// The engine for the scoring operations (paged_mqa_logits, index_topk).
+Status select_scoring_engine(const char* op, const detail::LogitsProblem& p, const ExecContext& ctx,
+                             Engine* engine) {
+  DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, engine));
+  if (!is_cuda_engine(*engine)) return Status::success();
+  const bool hopper_serves =
+      hopper_candidate(p.device, ctx) &&
+      cuda::hopper_supports_native(rows_per_item(p.path, p.next_n), static_cast<int>(p.heads), p.head_dim);
+  if (ctx.backend == Backend::cuda_hopper && !hopper_serves) {
+    return {ErrorCode::unsupported,
+            std::string(op) + ": ctx.backend: cuda_hopper needs an sm_90 device, a build with sm_90a and a " +
+                "kernel for next_n = " + std::to_string(rows_per_item(p.path, p.next_n)) + ", H = " +
+                std::to_string(p.heads) + ", D = " + std::to_string(p.head_dim) + " (" +
+                logits_path_name(p.path) + " path)"};
+  }
+  *engine = hopper_serves ? Engine::cuda_hopper : Engine::cuda_generic;
+  return Status::success();
+}
+
+Status check_workspace(const char* op, const ExecContext& ctx, std::size_t required) {
+  if (required == 0) return Status::success();
+  const std::string where = std::string(op) + ": ctx.workspace: ";
+  if (ctx.workspace.bytes < required) {
+    return {ErrorCode::workspace_too_small,
+            where + "has " + std::to_string(ctx.workspace.bytes) + " bytes but " + op + " needs " +
+                std::to_string(required) + " (see " + op + "_workspace_bytes)"};
+  }
+  if (ctx.workspace.data == nullptr) return {ErrorCode::null_pointer, where + "data pointer is null"};
+  if (reinterpret_cast<std::uintptr_t>(ctx.workspace.data) % kWorkspaceAlignment != 0) {
+    return {ErrorCode::bad_alignment,
+            where + "pointer is not " + std::to_string(kWorkspaceAlignment) + "-byte aligned"};
+  }
+  return Status::success();
+}
+
+// Checks the workspace, launches, and with ctx.check_device_errors waits for
+// and returns the first data-dependent error the kernels recorded.
+template <typename Launch>
+Status run_cuda(const char* op, const ExecContext& ctx, std::size_t required_workspace, Launch&& launch) {
+  DSA_RETURN_IF_ERROR(check_workspace(op, ctx, required_workspace));
+  DSA_RETURN_IF_ERROR(launch());
+  if (ctx.check_device_errors) return cuda::read_device_error(ctx, op);
+  return Status::success();
+}
+
+// index_topk with IndexTopkStrategy::logits_then_topk on CUDA stages the full
+// fp32 logits in the workspace after the device error record. Rows are padded
+// to 64 floats so each starts 256-byte aligned.
+std::int64_t staged_logits_stride(std::int64_t max_context_len) {
+  return std::max<std::int64_t>((max_context_len + 63) / 64 * 64, 64);
+}
+
+// `automatic` takes the fused pass where the backend has one: on the CPU (the
+// CUDA backends select from staged logits until they have a fused kernel).
+bool fused_strategy(IndexTopkStrategy strategy, bool on_cuda) {
+  if (strategy == IndexTopkStrategy::automatic) return !on_cuda;
+  return strategy == IndexTopkStrategy::fused;
+}
+
+Status context_lens_op(const char* op, detail::LengthConvention convention, const TensorView& input,
+                       int next_n, const TensorView& out, const ExecContext& ctx) {
+  detail::LengthsProblem p;
+  DSA_RETURN_IF_ERROR(detail::validate_context_lens(op, convention, input, next_n, out, &p));
+  Engine engine;
+  DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, &engine));
+  if (!is_cuda_engine(engine)) return cpu::context_lens(p, ctx);
+  return run_cuda(op, ctx, cuda::workspace_bytes_basic(), [&] { return cuda::context_lens(p, ctx); });
+}
+
+}  // namespace
+
+const char* backend_name(Backend backend) noexcept {
+  switch (backend) {
+    case Backend::automatic: return "automatic";
+    case Backend::cpu_reference: return "cpu_reference";
+    case Backend::cpu: return "cpu";
+    case Backend::cuda_generic: return "cuda_generic";
+    case Backend::cuda_hopper: return "cuda_hopper";
+  }
+  return "unknown";
+}
+
+const char* logits_path_name(LogitsPath path) noexcept {
+  switch (path) {
+    case LogitsPath::automatic: return "automatic";
+    case LogitsPath::native: return "native";
+    case LogitsPath::per_token: return "per_token";
+  }
+  return "unknown";
+}
+
+Status read_device_error(const ExecContext& ctx) {
+  // CPU operations report their errors directly; only a CUDA workspace holds a record.
+  if (is_cpu_backend(ctx.backend) || ctx.workspace.data == nullptr || !built_with_cuda()) {
+    return Status::success();
+  }
+  return cuda::read_device_error(ctx, "read_device_error");
+}
+
+LogitsPath resolve_logits_path(LogitsPath requested, int next_n, int num_heads, Device device,
+                               const ExecContext& ctx) {
+  return resolve_path(requested, next_n, num_heads, kModelHeadDim, device, ctx);
+}
+
+int default_num_workers(Device device, const ExecContext& ctx) {
+  if (device.type == DeviceType::cuda) return std::max(cuda::multiprocessor_count(device.index), 1);
+  return cpu::thread_count(ctx);
+}
+
+Status plan_schedule(const TensorView& context_lens, int num_workers, LogitsPath path,
+                     const TensorView& schedule, const ExecContext& ctx) {
+  const char* op = "plan_schedule";
+  detail::ScheduleProblem p;
+  DSA_RETURN_IF_ERROR(detail::validate_plan_schedule(context_lens, num_workers, path, schedule, &p));
+  p.path = resolve_path(path, p.next_n, kModelHeads, kModelHeadDim, p.device, ctx);
+  Engine engine;
+  DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, &engine));
+  if (!is_cuda_engine(engine)) return cpu::plan_schedule(p, ctx);
+  return run_cuda(op, ctx, cuda::workspace_bytes_basic(), [&] { return cuda::plan_schedule(p, ctx); });
+}
+
+Status store_index_keys(const TensorView& keys, const TensorView& slot_mapping, const TensorView& cache,
+                        const StoreKeysOptions& options, const ExecContext& ctx) {
+  const char* op = "store_index_keys";
+  detail::StoreKeysProblem p;
+  DSA_RETURN_IF_ERROR(detail::validate_store_keys(keys, slot_mapping, cache, options, &p));
+  Engine engine;
+  DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, &engine));
+  if (!is_cuda_engine(engine)) return cpu::store_index_keys(p, engine == Engine::cpu_parallel, ctx);
+  return run_cuda(op, ctx, cuda::workspace_bytes_basic(), [&] { return cuda::store_index_keys(p, ctx); });
+}
+
+std::size_t store_index_keys_workspace_bytes(const ExecContext& ctx) {
+  return is_cpu_backend(ctx.backend) ? 0 : cuda::workspace_bytes_basic();
+}
+
+Status quantize_queries(const TensorView& q, const TensorView& head_gate, const TensorView& q_fp8,
+                        const TensorView& weights, const QuantizeQueriesOptions& options,
+                        const ExecContext& ctx) {
+  const char* op = "quantize_queries";
+  detail::QuantizeQueriesProblem p;
+  DSA_RETURN_IF_ERROR(detail::validate_quantize_queries(q, head_gate, q_fp8, weights, options, &p));
+  Engine engine;
+  DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, &engine));
+  if (!is_cuda_engine(engine)) return cpu::quantize_queries(p, engine == Engine::cpu_parallel, ctx);
+  return run_cuda(op, ctx, cuda::workspace_bytes_basic(), [&] { return cuda::quantize_queries(p, ctx); });
+}
+
+std::size_t quantize_queries_workspace_bytes(const ExecContext& ctx) {
+  return is_cpu_backend(ctx.backend) ? 0 : cuda::workspace_bytes_basic();
+}
+
+Status causal_context_lens(const TensorView& prefix_lens, int next_n, const TensorView& out,
+                           const ExecContext& ctx) {
+  return context_lens_op("causal_context_lens", detail::LengthConvention::causal, prefix_lens, next_n,
+                         out, ctx);
+}
+
+Status expanded_context_lens(const TensorView& prefix_lens, int next_n, const TensorView& out,
+                             const ExecContext& ctx) {
+  return context_lens_op("expanded_context_lens", detail::LengthConvention::expanded, prefix_lens,
+                         next_n, out, ctx);
+}
+
+Status legacy_context_lens(const TensorView& lens, int next_n, const TensorView& out,
+                           const ExecContext& ctx) {
+  return context_lens_op("legacy_context_lens", detail::LengthConvention::legacy, lens, next_n, out, ctx);
+}
+
+Status paged_mqa_logits(const TensorView& q, const TensorView& key_cache, const TensorView& weights,
+                        const TensorView& context_lens, const TensorView& block_table,
+                        const TensorView& schedule, std::int64_t max_context_len,
+                        const TensorView& logits, const LogitsOptions& options, const ExecContext& ctx) {
+  const char* op = "paged_mqa_logits";
+  detail::LogitsProblem p;
+  DSA_RETURN_IF_ERROR(detail::validate_scoring_inputs(
+      op, {q, key_cache, weights, context_lens, block_table, schedule, max_context_len}, &p));
+  DSA_RETURN_IF_ERROR(detail::validate_logits_output(logits, options, &p));
+  p.path = resolve_path(options.path, p.next_n, p.heads, p.head_dim, p.device, ctx);
+  Engine engine;
+  DSA_RETURN_IF_ERROR(select_scoring_engine(op, p, ctx, &engine));
+  if (!is_cuda_engine(engine)) return cpu::paged_mqa_logits(p, engine == Engine::cpu_parallel, ctx);
+  return run_cuda(op, ctx, cuda::workspace_bytes_basic(),
+                  [&] { return cuda::paged_mqa_logits(p, engine == Engine::cuda_hopper, ctx); });
+}
+
+std::size_t paged_mqa_logits_workspace_bytes(const ExecContext& ctx) {
+  return is_cpu_backend(ctx.backend) ? 0 : cuda::workspace_bytes_basic();
+}
+
+Status topk(const TensorView& logits, const TensorView& lengths, int k, const TensorView& indices,
+            const TopkOptions& options, const ExecContext& ctx) {
+  const char* op = "topk";
+  detail::TopkProblem p;
+  DSA_RETURN_IF_ERROR(detail::validate_topk(logits, lengths, k, indices, options, &p));
+  Engine engine;
+  DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, &engine));
+  if (!is_cuda_engine(engine)) return cpu::topk(p, engine == Engine::cpu_parallel, ctx);
+  // Rows are sized by the logits columns: lengths live on the device.
+  return run_cuda(op, ctx, cuda::topk_workspace_bytes(p.rows, p.cols, p.k, p.device.index),
+                  [&] { return cuda::topk(p, ctx); });
+}
+
+std::size_t topk_workspace_bytes(std::int64_t rows, std::int64_t max_length, int k, const ExecContext& ctx) {
+  if (is_cpu_backend(ctx.backend)) return 0;
+  // The context names no device; the query is made for device 0.
+  return cuda::topk_workspace_bytes(rows, max_length, k, 0);
+}
+
+Status index_topk(const TensorView& q, const TensorView& key_cache, const TensorView& weights,
+                  const TensorView& context_lens, const TensorView& block_table, const TensorView& schedule,
+                  std::int64_t max_context_len, const TensorView& topk_lens, const TensorView& indices,
+                  const IndexTopkOptions& options, const ExecContext& ctx) {
+  const char* op = "index_topk";
+  detail::IndexTopkProblem p;
+  DSA_RETURN_IF_ERROR(detail::validate_scoring_inputs(
+      op, {q, key_cache, weights, context_lens, block_table, schedule, max_context_len}, &p.logits));
+  DSA_RETURN_IF_ERROR(detail::validate_index_topk_outputs(topk_lens, indices, options, &p));
+  p.logits.path = resolve_path(options.path, p.logits.next_n, p.logits.heads, p.logits.head_dim,
+                               p.logits.device, ctx);
+  Engine engine;
+  DSA_RETURN_IF_ERROR(select_scoring_engine(op, p.logits, ctx, &engine));
+  const bool on_cuda = is_cuda_engine(engine);
+  const bool fused = fused_strategy(options.strategy, on_cuda);
+  if (fused && on_cuda) {
+    return {ErrorCode::unsupported,
+            "index_topk: strategy: the fused pass is not available on the CUDA backends yet; "
+            "use automatic or logits_then_topk"};
+  }
+  p.fused = fused;
+  if (!on_cuda) return cpu::index_topk(p, engine == Engine::cpu_parallel, ctx);
+  DSA_RETURN_IF_ERROR(check_workspace(
+      op, ctx, cuda::index_topk_workspace_bytes(p.logits.rows(), max_context_len, options.k, fused,
+                                                p.logits.device.index)));
+  p.logits.logits = static_cast<unsigned char*>(ctx.workspace.data) + detail::kDeviceErrorRecordBytes;
+  p.logits.logits_dtype = DType::float32;
+  p.logits.logits_stride = staged_logits_stride(max_context_len);
+  return run_cuda(op, ctx, 0,  // the workspace was checked above
+                  [&] { return cuda::index_topk(p, engine == Engine::cuda_hopper, ctx); });
+}
+
+std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_context_len,
+                                       const IndexTopkOptions& options, const ExecContext& ctx) {
+  if (is_cpu_backend(ctx.backend)) return 0;  // the CPU stages logits in its own memory
+  return cuda::index_topk_workspace_bytes(rows, max_context_len, options.k,
+                                          fused_strategy(options.strategy, true), 0);
+}
+
+}  // namespace dsa

@@ -1,0 +1,97 @@
+// Building blocks the CPU operations share: decoding and scoring keys
+// (paged_mqa_logits, index_topk) and selecting a row's top k (topk,
+// index_topk), so that the fused and unfused paths compute identical values.
+#pragma once
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "problem.hpp"
+
+namespace dsa::detail::cpu {
+
+// Dequantizes the fp8 queries and paged keys of one scoring problem and
+// evaluates logit = sum_h w[h] * max(0, scale * sum_d q[h, d] * key[d]).
+class Scorer {
+ public:
+  explicit Scorer(const LogitsProblem& problem);
+
+  const LogitsProblem& problem() const { return p_; }
+  std::int64_t query_floats() const { return p_.heads * p_.head_dim; }
+  // Writes the H * D dequantized fp8 values of row (b, j) to `out`.
+  void decode_query(std::int64_t b, std::int64_t j, float* out) const;
+  // Writes the D fp8 values of request b's key at `position` to `out`; returns its scale.
+  float decode_key(std::int64_t b, std::int64_t position, float* out) const;
+  const float* weights_row(std::int64_t row) const { return p_.weights + row * p_.weights_stride_row; }
+
+  // Accumulates in Acc (float, or double for the float64 reference), in a
+  // fixed order: d ascending inside a head, heads ascending.
+  template <typename Acc>
+  Acc score(const float* query, const float* weights, const float* key, float scale) const {
+    Acc logit = 0;
+    for (std::int64_t h = 0; h < p_.heads; ++h) {
+      const float* q = query + h * p_.head_dim;
+      Acc dot = 0;
+      for (int d = 0; d < p_.head_dim; ++d) dot += static_cast<Acc>(q[d]) * static_cast<Acc>(key[d]);
+      logit += static_cast<Acc>(weights[h]) * relu(static_cast<Acc>(scale) * dot);
+    }
+    return logit;
+  }
+
+  // Writes row (b, j)'s queries transposed, [D][H], for score_transposed.
+  void decode_query_transposed(std::int64_t b, std::int64_t j, float* out) const;
+
+  // score<float> with the heads' dot products advanced together (d outer),
+  // which vectorizes across heads. Every dot product still adds its terms in
+  // ascending d, so the result is bitwise that of score<float>.
+  float score_transposed(const float* query_t, const float* weights, const float* key, float scale,
+                         float* dots) const {
+    const std::int64_t heads = p_.heads;
+    for (std::int64_t h = 0; h < heads; ++h) dots[h] = 0.0f;
+    for (int d = 0; d < p_.head_dim; ++d) {
+      const float k = key[d];
+      const float* q = query_t + d * heads;
+      for (std::int64_t h = 0; h < heads; ++h) dots[h] += q[h] * k;
+    }
+    float logit = 0.0f;
+    for (std::int64_t h = 0; h < heads; ++h) logit += weights[h] * relu(scale * dots[h]);
+    return logit;
+  }
+
+ private:
+  template <typename T>
+  static T relu(T x) {
+    return x > 0 ? x : T{0};
+  }
+
+  const LogitsProblem& p_;
+  std::array<float, 256> e4m3_values_{};
+};
+
+// How score_row accumulates: the plain loops (float or float64) of the
+// reference, or score_transposed (bitwise equal to plain float).
+enum class ScoreMode { plain_float, plain_float64, transposed };
+
+struct RowScoreScratch {
+  std::vector<float> query;
+  std::vector<float> key;
+  std::vector<float> dots;
+};
+
+// Scores positions [0, length) of row (b, j) into out[0, length), one key at a time.
+void score_row(const Scorer& scorer, std::int64_t b, std::int64_t j, std::int64_t length,
+               ScoreMode mode, RowScoreScratch* scratch, float* out);
+
+// The straightforward or multithreaded logits pass (validated problem, data checked).
+void compute_logits(const LogitsProblem& p, bool parallel, const ExecContext& ctx);
+
+// Row selection of the top-k contract (dsa/topk.hpp): positions in `out[0, k)`.
+void select_row(const float* values, std::int64_t length, int k, bool sorted,
+                std::vector<std::uint64_t>* scratch, std::int32_t* out);
+
+// Rewrites selected positions as cache slots through one block-table row; -1 stays.
+void positions_to_slots(const std::int32_t* table_row, int k, std::int32_t* out);
+
+}  // namespace dsa::detail::cpu

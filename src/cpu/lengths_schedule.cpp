@@ -1,0 +1,78 @@
+// Context-length builders and the host schedule planner.
+#include <algorithm>
+
+#include "backend.hpp"
+#include "schedule_walk.hpp"
+#include "validate.hpp"
+
+namespace dsa::detail::cpu {
+namespace {
+
+const char* lengths_op_name(LengthConvention convention) {
+  switch (convention) {
+    case LengthConvention::causal: return "causal_context_lens";
+    case LengthConvention::expanded: return "expanded_context_lens";
+    case LengthConvention::legacy: return "legacy_context_lens";
+  }
+  return "context_lens";
+}
+
+std::int32_t row_context_length(LengthConvention convention, std::int32_t input, int next_n, int j) {
+  switch (convention) {
+    case LengthConvention::causal: return input + j + 1;
+    case LengthConvention::expanded: return input + next_n;
+    case LengthConvention::legacy: return std::max(0, input - next_n + j + 1);
+  }
+  return 0;
+}
+
+// floor(worker * total / num_workers) without overflowing 64 bits.
+std::int64_t first_item_of(std::int64_t worker, std::int64_t total, std::int64_t num_workers) {
+  const std::int64_t whole = total / num_workers, rest = total % num_workers;
+  return worker * whole + worker * rest / num_workers;
+}
+
+}  // namespace
+
+Status context_lens(const LengthsProblem& p, const ExecContext&) {
+  DSA_RETURN_IF_ERROR(check_length_inputs(lengths_op_name(p.convention), p));
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    const std::int32_t input = p.input[b * p.input_stride];
+    for (int j = 0; j < p.next_n; ++j) {
+      p.out[b * p.out_stride_b + j * p.out_stride_n] = row_context_length(p.convention, input, p.next_n, j);
+    }
+  }
+  return Status::success();
+}
+
+// Worker w starts at item floor(w * total / W): item 0 is written (0, 0), the
+// start of the walk, and item i > 0 as the (unit, chunk) of the i-th item.
+Status plan_schedule(const ScheduleProblem& p, const ExecContext&) {
+  const std::int64_t units = schedule_units(p.batch, p.next_n, p.path);
+  std::int64_t total = 0;
+  for (std::int64_t unit = 0; unit < units; ++unit) {
+    total += chunks_for_length(unit_length(p.lens, p.next_n, p.path, unit));
+  }
+  std::int64_t unit = 0, items_before_unit = 0;
+  for (int w = 0; w < p.num_workers; ++w) {
+    const std::int64_t first = first_item_of(w, total, p.num_workers);
+    WorkItem start{0, 0};
+    if (first > 0) {
+      // Advance to the unit holding item `first` (workers start in increasing order).
+      for (;;) {
+        const std::int64_t chunks = chunks_for_length(unit_length(p.lens, p.next_n, p.path, unit));
+        if (first < items_before_unit + chunks) break;
+        items_before_unit += chunks;
+        ++unit;
+      }
+      start = WorkItem{unit, first - items_before_unit};
+    }
+    p.schedule[2 * w] = static_cast<std::int32_t>(start.unit);
+    p.schedule[2 * w + 1] = static_cast<std::int32_t>(start.chunk);
+  }
+  p.schedule[2 * p.num_workers] = static_cast<std::int32_t>(units);
+  p.schedule[2 * p.num_workers + 1] = kChunkTokens;
+  return Status::success();
+}
+
+}  // namespace dsa::detail::cpu

@@ -1,0 +1,189 @@
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "backend.hpp"
+#include "cache_format.hpp"
+#include "cpu/kernels.hpp"
+#include "cpu/parallel.hpp"
+#include "number_formats.hpp"
+#include "schedule_walk.hpp"
+#include "validate.hpp"
+
+namespace dsa::detail::cpu {
+
+Scorer::Scorer(const LogitsProblem& problem) : p_(problem) {
+  for (int v = 0; v < 256; ++v) e4m3_values_[static_cast<std::size_t>(v)] = e4m3_to_float(static_cast<std::uint8_t>(v));
+}
+
+void Scorer::decode_query(std::int64_t b, std::int64_t j, float* out) const {
+  for (std::int64_t h = 0; h < p_.heads; ++h) {
+    const std::uint8_t* q = p_.q + b * p_.q_stride_b + j * p_.q_stride_n + h * p_.q_stride_h;
+    for (int d = 0; d < p_.head_dim; ++d) out[h * p_.head_dim + d] = e4m3_values_[q[d]];
+  }
+}
+
+float Scorer::decode_key(std::int64_t b, std::int64_t position, float* out) const {
+  const std::int32_t page_index = p_.block_table[b * p_.block_table_stride + position / kPageTokens];
+  std::uint8_t* page = cache_page(p_.cache, page_index);
+  const int row = static_cast<int>(position % kPageTokens);
+  const std::uint8_t* key = page_keys(page, p_.head_dim, row);
+  for (int d = 0; d < p_.head_dim; ++d) out[d] = e4m3_values_[key[d]];
+  return page_scales(page, p_.head_dim)[row];
+}
+
+void Scorer::decode_query_transposed(std::int64_t b, std::int64_t j, float* out) const {
+  for (std::int64_t h = 0; h < p_.heads; ++h) {
+    const std::uint8_t* q = p_.q + b * p_.q_stride_b + j * p_.q_stride_n + h * p_.q_stride_h;
+    for (int d = 0; d < p_.head_dim; ++d) out[d * p_.heads + h] = e4m3_values_[q[d]];
+  }
+}
+
+void score_row(const Scorer& scorer, std::int64_t b, std::int64_t j, std::int64_t length, ScoreMode mode,
+               RowScoreScratch* scratch, float* out) {
+  const LogitsProblem& p = scorer.problem();
+  scratch->query.resize(static_cast<std::size_t>(scorer.query_floats()));
+  scratch->key.resize(static_cast<std::size_t>(p.head_dim));
+  scratch->dots.resize(static_cast<std::size_t>(p.heads));
+  float* query = scratch->query.data();
+  float* key = scratch->key.data();
+  if (mode == ScoreMode::transposed) {
+    scorer.decode_query_transposed(b, j, query);
+  } else {
+    scorer.decode_query(b, j, query);
+  }
+  const float* weights = scorer.weights_row(b * p.next_n + j);
+  for (std::int64_t position = 0; position < length; ++position) {
+    const float scale = scorer.decode_key(b, position, key);
+    switch (mode) {
+      case ScoreMode::plain_float:
+        out[position] = scorer.score<float>(query, weights, key, scale);
+        break;
+      case ScoreMode::plain_float64:
+        out[position] = static_cast<float>(scorer.score<double>(query, weights, key, scale));
+        break;
+      case ScoreMode::transposed:
+        out[position] = scorer.score_transposed(query, weights, key, scale, scratch->dots.data());
+        break;
+    }
+  }
+}
+
+namespace {
+
+void store_logit(const LogitsProblem& p, std::int64_t row, std::int64_t position, float value) {
+  const std::int64_t offset = row * p.logits_stride + position;
+  if (p.logits_dtype == DType::bfloat16) {
+    static_cast<std::uint16_t*>(p.logits)[offset] = float_to_bf16(value);
+  } else {
+    static_cast<float*>(p.logits)[offset] = value;
+  }
+}
+
+// Fills [L, max_context_len) of a row with -inf.
+void clean_row(const LogitsProblem& p, std::int64_t row) {
+  const std::int64_t length = row_length(p.lens, row / p.next_n, row % p.next_n);
+  for (std::int64_t position = length; position < p.max_context_len; ++position) {
+    store_logit(p, row, position, -std::numeric_limits<float>::infinity());
+  }
+}
+
+void reference_logits(const LogitsProblem& p, const ExecContext& ctx) {
+  const Scorer scorer(p);
+  RowScoreScratch scratch;
+  std::vector<float> row_values(static_cast<std::size_t>(p.max_context_len));
+  const ScoreMode mode = ctx.reference_float64 ? ScoreMode::plain_float64 : ScoreMode::plain_float;
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    for (std::int64_t j = 0; j < p.next_n; ++j) {
+      const std::int64_t row = b * p.next_n + j;
+      const std::int64_t length = row_length(p.lens, b, j);
+      score_row(scorer, b, j, length, mode, &scratch, row_values.data());
+      for (std::int64_t position = 0; position < length; ++position) {
+        store_logit(p, row, position, row_values[static_cast<std::size_t>(position)]);
+      }
+      if (p.clean_logits) clean_row(p, row);
+    }
+  }
+}
+
+// Per-thread buffers of the parallel pass.
+struct ItemScratch {
+  std::vector<float> queries;  // the item's rows, transposed [D][H] each
+  std::vector<float> key;
+  std::vector<float> dots;
+};
+
+// Scores one schedule item: positions [256 c, 256 c + 256) of a unit's rows,
+// decoding each key once for all rows that need it.
+void score_item(const Scorer& scorer, const WorkItem& item, ItemScratch* scratch) {
+  const LogitsProblem& p = scorer.problem();
+  const bool per_token = p.path == LogitsPath::per_token;
+  const std::int64_t b = per_token ? item.unit / p.next_n : item.unit;
+  const std::int64_t first_j = per_token ? item.unit % p.next_n : 0;
+  const std::int64_t rows = per_token ? 1 : p.next_n;
+  const std::int64_t query_floats = scorer.query_floats();
+  scratch->queries.resize(static_cast<std::size_t>(rows * query_floats));
+  scratch->key.resize(static_cast<std::size_t>(p.head_dim));
+  scratch->dots.resize(static_cast<std::size_t>(p.heads));
+  std::int64_t longest = 0;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    scorer.decode_query_transposed(b, first_j + i, scratch->queries.data() + i * query_floats);
+    longest = std::max<std::int64_t>(longest, row_length(p.lens, b, first_j + i));
+  }
+  const std::int64_t begin = item.chunk * kChunkTokens;
+  const std::int64_t end = std::min<std::int64_t>(begin + kChunkTokens, longest);
+  for (std::int64_t position = begin; position < end; ++position) {
+    const float scale = scorer.decode_key(b, position, scratch->key.data());
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const std::int64_t j = first_j + i;
+      if (position >= row_length(p.lens, b, j)) continue;
+      const std::int64_t row = b * p.next_n + j;
+      store_logit(p, row, position,
+                  scorer.score_transposed(scratch->queries.data() + i * query_floats, scorer.weights_row(row),
+                                          scratch->key.data(), scale, scratch->dots.data()));
+    }
+  }
+}
+
+// The items of the problem's path in (unit, chunk) order. The threads take
+// them dynamically rather than by the schedule's ranges, so that the work
+// spreads over all threads whatever worker count the schedule was planned for.
+std::vector<WorkItem> list_items(const LogitsProblem& p) {
+  std::vector<WorkItem> items;
+  const std::int64_t units = schedule_units(p.batch, p.next_n, p.path);
+  for (std::int64_t unit = 0; unit < units; ++unit) {
+    const std::int64_t chunks = chunks_for_length(unit_length(p.lens, p.next_n, p.path, unit));
+    for (std::int64_t chunk = 0; chunk < chunks; ++chunk) items.push_back(WorkItem{unit, chunk});
+  }
+  return items;
+}
+
+void parallel_logits(const LogitsProblem& p, const ExecContext& ctx) {
+  const Scorer scorer(p);
+  const std::vector<WorkItem> items = list_items(p);
+  std::vector<ItemScratch> scratch(static_cast<std::size_t>(thread_count(ctx)));
+  parallel_for_items(static_cast<std::int64_t>(items.size()), ctx, [&](std::int64_t i, int thread) {
+    score_item(scorer, items[static_cast<std::size_t>(i)], &scratch[static_cast<std::size_t>(thread)]);
+  });
+  if (p.clean_logits) {
+    parallel_for_items(p.rows(), ctx, [&](std::int64_t row, int) { clean_row(p, row); });
+  }
+}
+
+}  // namespace
+
+void compute_logits(const LogitsProblem& p, bool parallel, const ExecContext& ctx) {
+  if (parallel) {
+    parallel_logits(p, ctx);
+  } else {
+    reference_logits(p, ctx);
+  }
+}
+
+Status paged_mqa_logits(const LogitsProblem& p, bool parallel, const ExecContext& ctx) {
+  DSA_RETURN_IF_ERROR(check_scoring_data("paged_mqa_logits", p));
+  compute_logits(p, parallel, ctx);
+  return Status::success();
+}
+
+}  // namespace dsa::detail::cpu

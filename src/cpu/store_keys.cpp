@@ -1,0 +1,49 @@
+#include <vector>
+
+#include "backend.hpp"
+#include "cache_format.hpp"
+#include "cpu/parallel.hpp"
+#include "cpu/quantize.hpp"
+#include "validate.hpp"
+
+namespace dsa::detail::cpu {
+namespace {
+
+std::int64_t slot_of(const StoreKeysProblem& p, std::int64_t token) {
+  const std::int64_t offset = token * p.slots_stride;
+  return p.slots_dtype == DType::int32 ? static_cast<const std::int32_t*>(p.slots)[offset]
+                                       : static_cast<const std::int64_t*>(p.slots)[offset];
+}
+
+void store_token(const StoreKeysProblem& p, std::int64_t token, std::int64_t slot) {
+  std::uint8_t* page = cache_page(p.cache, slot / kPageTokens);
+  const int row = static_cast<int>(slot % kPageTokens);
+  const void* key = element_address(p.keys, p.keys_dtype, token * p.keys_stride);
+  page_scales(page, p.head_dim)[row] = quantize_vector(key, p.keys_dtype, p.head_dim, p.power_of_two_scales,
+                                                       page_keys(page, p.head_dim, row));
+}
+
+}  // namespace
+
+Status store_index_keys(const StoreKeysProblem& p, bool parallel, const ExecContext& ctx) {
+  DSA_RETURN_IF_ERROR(check_store_keys_slots(p));
+  if (!parallel) {
+    for (std::int64_t token = 0; token < p.num_tokens; ++token) {
+      const std::int64_t slot = slot_of(p, token);
+      if (slot >= 0) store_token(p, token, slot);
+    }
+    return Status::success();
+  }
+  // Thread t owns the slots with slot % threads == t and visits tokens in
+  // order, so of two tokens mapped to one slot the later one wins.
+  const int threads = thread_count(ctx);
+  run_on_threads(threads, [&](int thread) {
+    for (std::int64_t token = 0; token < p.num_tokens; ++token) {
+      const std::int64_t slot = slot_of(p, token);
+      if (slot >= 0 && slot % threads == thread) store_token(p, token, slot);
+    }
+  });
+  return Status::success();
+}
+
+}  // namespace dsa::detail::cpu

@@ -1,0 +1,64 @@
+// Backend-wide CUDA entry points: device capabilities, the error record and
+// the choice between the Hopper and the generic logits kernels.
+#include <cuda_runtime.h>
+
+#include "backend.hpp"
+#include "cuda/cuda_check.hpp"
+#include "cuda/generic_kernels.hpp"
+#include "cuda/hopper/logits_sm90.hpp"
+#include "cuda/launch_utils.hpp"
+#include "device_error.hpp"
+
+namespace dsa::detail::cuda {
+
+std::size_t workspace_bytes_basic() { return kDeviceErrorRecordBytes; }
+
+bool hopper_available(int device) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();  // an unusable device simply has no Hopper kernels
+    return false;
+  }
+  // The library carries sm_90a machine code, which runs on compute capability 9.0 only.
+  return major == 9 && minor == 0;
+}
+
+bool hopper_supports_native(int next_n, int heads, int head_dim) {
+  return hopper::supports_native(next_n, heads, head_dim);
+}
+
+int multiprocessor_count(int device) {
+  int count = 0;
+  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+Status read_device_error(const ExecContext& ctx, const char* operation) {
+  if (ctx.workspace.data == nullptr || ctx.workspace.bytes < sizeof(DeviceErrorRecord)) {
+    return {ErrorCode::workspace_too_small,
+            std::string(operation) + ": workspace has no room for the device error record"};
+  }
+  DeviceErrorRecord record{};
+  DSA_CUDA_CHECK(cudaMemcpyAsync(&record, error_record(ctx), sizeof record, cudaMemcpyDeviceToHost,
+                                 stream_of(ctx)));
+  DSA_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
+  return decode_device_error(record, operation);
+}
+
+Status launch_paged_mqa_logits(const LogitsProblem& p, bool hopper, const ExecContext& ctx) {
+  return hopper ? hopper::paged_mqa_logits(p, ctx) : launch_generic_logits(p, ctx);
+}
+
+Status paged_mqa_logits(const LogitsProblem& p, bool hopper, const ExecContext& ctx) {
+  DeviceGuard guard;
+  DSA_RETURN_IF_ERROR(guard.enter(p.device.index));
+  DSA_RETURN_IF_ERROR(clear_device_error(ctx));
+  DSA_RETURN_IF_ERROR(launch_paged_mqa_logits(p, hopper, ctx));
+  return Status::success();
+}
+
+}  // namespace dsa::detail::cuda

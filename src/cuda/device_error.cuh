@@ -1,0 +1,25 @@
+// Device side of the error record (device_error.hpp): kernels call
+// report_device_error() when they meet a data-dependent violation; the first
+// report wins and later ones leave the record untouched.
+#pragma once
+
+#include <cstdint>
+
+#include "device_error.hpp"
+
+namespace dsa::detail::cuda {
+
+__device__ __forceinline__ void report_device_error(DeviceErrorRecord* record, std::int32_t code,
+                                                    std::int64_t a, std::int64_t b,
+                                                    std::int64_t c) {
+  if (record == nullptr) return;
+  if (atomicCAS(&record->code, kNoDeviceError, code) == kNoDeviceError) {
+    // The winner alone writes the arguments; the record is read only after
+    // the kernel has finished, so no further ordering is needed.
+    record->args[0] = static_cast<std::int32_t>(a);
+    record->args[1] = static_cast<std::int32_t>(b);
+    record->args[2] = static_cast<std::int32_t>(c);
+  }
+}
+
+}  // namespace dsa::detail::cuda

@@ -1,0 +1,176 @@
+// Host side of the sm_90a logits kernel: argument checks the kernel relies
+// on, tensor-map encoding and the choice of kernel instance.
+#include "cuda/hopper/logits_sm90.hpp"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/hopper/logits_sm90_kernel.cuh"
+#include "cuda/launch_utils.hpp"
+
+namespace dsa::detail::cuda::hopper {
+
+namespace {
+
+// Columns of one wgmma pass (draft rows x heads); 128 keeps two accumulator
+// sets of a warpgroup within its registers.
+constexpr int kPassColumns = 128;
+constexpr int kMaxNativeRows = 8;
+
+Status encode_failure(const char* what, CUresult result) {
+  return {ErrorCode::cuda_error, std::string("paged_mqa_logits: encoding the ") + what +
+                                     " tensor map failed (CUresult " +
+                                     std::to_string(static_cast<int>(result)) + ")"};
+}
+
+Status tensor_map_encoder(PFN_cuTensorMapEncodeTiled_v12000* encode) {
+  void* function = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  DSA_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
+                                                  cudaEnableDefault, &found));
+  if (found != cudaDriverEntryPointSuccess || function == nullptr) {
+    return {ErrorCode::cuda_error,
+            "paged_mqa_logits: the driver does not provide cuTensorMapEncodeTiled"};
+  }
+  *encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function);
+  return Status::success();
+}
+
+// The key bytes of every page as [num_pages][64 rows][128 bytes], copied one
+// page at a time with the 128-byte swizzle the wgmma descriptors expect.
+Status encode_key_map(PFN_cuTensorMapEncodeTiled_v12000 encode, const CacheRef& cache,
+                      CUtensorMap* map) {
+  // A cache without pages still needs a well-formed map; no page is read then.
+  const std::int64_t pages = cache.num_pages > 0 ? cache.num_pages : 1;
+  const cuuint64_t dims[3] = {kHeadDim, kPageTokens, static_cast<cuuint64_t>(pages)};
+  const cuuint64_t strides[2] = {kHeadDim, static_cast<cuuint64_t>(cache.page_stride)};
+  const cuuint32_t box[3] = {kHeadDim, kPageTokens, 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult result =
+      encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, cache.base, dims, strides, box,
+             element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return result == CUDA_SUCCESS ? Status::success() : encode_failure("key cache", result);
+}
+
+// Queries as [B][next_n][H][128 bytes]; a box is the `rows` draft rows of one
+// request, landing as (rows * H) swizzled 128-byte rows.
+Status encode_query_map(PFN_cuTensorMapEncodeTiled_v12000 encode, const LogitsProblem& p, int rows,
+                        CUtensorMap* map) {
+  const std::int64_t batch = p.batch > 0 ? p.batch : 1;
+  const cuuint64_t dims[4] = {kHeadDim, static_cast<cuuint64_t>(p.heads),
+                              static_cast<cuuint64_t>(p.next_n), static_cast<cuuint64_t>(batch)};
+  // A dimension of extent 1 is never stepped over, so its stride is free; give
+  // it the packed value to satisfy the encoder's range rules.
+  const std::int64_t stride_h = p.heads > 1 ? p.q_stride_h : kHeadDim;
+  const std::int64_t stride_n = p.next_n > 1 ? p.q_stride_n : stride_h * p.heads;
+  const std::int64_t stride_b = batch > 1 ? p.q_stride_b : stride_n * p.next_n;
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(stride_h),
+                                 static_cast<cuuint64_t>(stride_n),
+                                 static_cast<cuuint64_t>(stride_b)};
+  const cuuint32_t box[4] = {kHeadDim, static_cast<cuuint32_t>(p.heads),
+                             static_cast<cuuint32_t>(rows), 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  const CUresult result = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, const_cast<std::uint8_t*>(p.q),
+                                 dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return result == CUDA_SUCCESS ? Status::success() : encode_failure("query", result);
+}
+
+LogitsKernelParams kernel_params(const LogitsProblem& p, const ExecContext& ctx) {
+  LogitsKernelParams k;
+  k.cache_base = p.cache.base;
+  k.page_stride = p.cache.page_stride;
+  k.num_pages = p.cache.num_pages;
+  k.weights = p.weights;
+  k.weights_stride_row = p.weights_stride_row;
+  k.lens = p.lens;
+  k.block_table = p.block_table;
+  k.block_table_stride = p.block_table_stride;
+  k.max_blocks = p.max_blocks;
+  k.schedule = p.schedule;
+  k.num_workers = p.num_workers;
+  k.batch = p.batch;
+  k.next_n = p.next_n;
+  k.path = p.path;
+  k.max_context_len = p.max_context_len;
+  k.logits = p.logits;
+  k.bf16_output = p.logits_dtype == DType::bfloat16;
+  k.logits_stride = p.logits_stride;
+  k.clean_logits = p.clean_logits;
+  k.error = error_record(ctx);
+  return k;
+}
+
+template <int kRows, int kHeads>
+Status launch(const LogitsProblem& p, const ExecContext& ctx, const CUtensorMap& key_map,
+              const CUtensorMap& query_map) {
+  constexpr int kSharedBytes = SharedLayout<kRows, kHeads>::launch_bytes;
+  auto* kernel = &paged_logits_sm90_kernel<kRows, kHeads, kPassColumns>;
+  DSA_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
+  kernel<<<static_cast<unsigned>(p.num_workers), kThreads, kSharedBytes, stream_of(ctx)>>>(
+      kernel_params(p, ctx), key_map, query_map);
+  DSA_CUDA_CHECK_LAUNCH("paged_logits_sm90_kernel");
+  return Status::success();
+}
+
+template <int kHeads>
+Status launch_for_rows(int rows, const LogitsProblem& p, const ExecContext& ctx,
+                       const CUtensorMap& key_map, const CUtensorMap& query_map) {
+  switch (rows) {
+    case 1: return launch<1, kHeads>(p, ctx, key_map, query_map);
+    case 2: return launch<2, kHeads>(p, ctx, key_map, query_map);
+    case 3: return launch<3, kHeads>(p, ctx, key_map, query_map);
+    case 4: return launch<4, kHeads>(p, ctx, key_map, query_map);
+    case 5: return launch<5, kHeads>(p, ctx, key_map, query_map);
+    case 6: return launch<6, kHeads>(p, ctx, key_map, query_map);
+    case 7: return launch<7, kHeads>(p, ctx, key_map, query_map);
+    case 8: return launch<8, kHeads>(p, ctx, key_map, query_map);
+    default: break;
+  }
+  return {ErrorCode::internal, "paged_mqa_logits: no Hopper kernel for " + std::to_string(rows) +
+                                   " rows per unit"};
+}
+
+bool aligned16(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer) % 16 == 0; }
+
+}  // namespace
+
+bool supports_native(int next_n, int heads, int head_dim) {
+  return next_n >= 1 && next_n <= kMaxNativeRows && (heads == 32 || heads == 64) &&
+         head_dim == kHeadDim;
+}
+
+Status paged_mqa_logits(const LogitsProblem& p, const ExecContext& ctx) {
+  const bool native = p.path == LogitsPath::native;
+  if (!supports_native(native ? static_cast<int>(p.next_n) : 1, static_cast<int>(p.heads),
+                       p.head_dim)) {
+    return {ErrorCode::unsupported,
+            "paged_mqa_logits: the Hopper kernels serve H in {32, 64}, D == 128 and, on the "
+            "native path, next_n 1..8; got next_n " +
+                std::to_string(p.next_n) + ", H " + std::to_string(p.heads) + ", D " +
+                std::to_string(p.head_dim)};
+  }
+  if (!aligned16(p.cache.base) || !aligned16(p.q)) {
+    return {ErrorCode::bad_alignment,
+            "paged_mqa_logits: the Hopper kernels need key_cache and q to start on a 16-byte "
+            "boundary"};
+  }
+  const int rows = native ? static_cast<int>(p.next_n) : 1;
+  PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+  DSA_RETURN_IF_ERROR(tensor_map_encoder(&encode));
+  CUtensorMap key_map{};
+  CUtensorMap query_map{};
+  DSA_RETURN_IF_ERROR(encode_key_map(encode, p.cache, &key_map));
+  DSA_RETURN_IF_ERROR(encode_query_map(encode, p, rows, &query_map));
+  if (p.heads == 32) return launch_for_rows<32>(rows, p, ctx, key_map, query_map);
+  return launch_for_rows<64>(rows, p, ctx, key_map, query_map);
+}
+
+}  // namespace dsa::detail::cuda::hopper

@@ -1,0 +1,691 @@
+// The sm_90a paged MQA logits kernel (see logits_sm90.hpp for the contract).
+//
+// One CTA per worker walks its schedule range (schedule_walk.hpp). Warpgroup 0
+// lowers its register budget: its first warp produces (block-table lookups,
+// tensor copies of pages and queries into a ring of shared-memory stages), the
+// other three warps fill the columns no page covers (-inf past the lengths,
+// NaN for rows whose length breaks a rule) and report those rows. Warpgroups 1
+// and 2 consume alternate pages, so one's epilogue overlaps the other's matrix
+// products.
+//
+// Per page, the 64 keys (fp8, 128-byte rows, 128-byte swizzle) are the A
+// operand of m64nNk32 wgmma and the unit's queries the B operand, N = draft
+// rows x heads per pass. Accumulator row = token, so the weighted ReLU sum
+// over heads is in-thread plus a reduce-scatter over the 4 threads that share
+// a token row.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "cache_format.hpp"
+#include "cuda/device_error.cuh"
+#include "cuda/hopper/ptx.cuh"
+#include "number_formats.hpp"
+#include "problem.hpp"
+#include "schedule_walk.hpp"
+
+namespace dsa::detail::cuda::hopper {
+
+inline constexpr int kHeadDim = 128;
+inline constexpr int kPageKeyBytes = kPageTokens * kHeadDim;
+inline constexpr int kPageScaleBytes = kPageTokens * 4;
+inline constexpr int kPagesPerChunk = kChunkTokens / kPageTokens;
+inline constexpr int kWarpgroupThreads = 128;
+inline constexpr int kConsumerWarpgroups = 2;
+inline constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
+inline constexpr int kFillThreads = kWarpgroupThreads - 32;
+// setmaxnreg budgets: 128 * (producer + 2 * consumer) <= 64K registers.
+inline constexpr int kProducerRegisters = 56;
+inline constexpr int kConsumerRegisters = 224;
+inline constexpr int kMaxSharedBytes = 227 * 1024;
+inline constexpr int kMaxStages = 16;
+
+struct LogitsKernelParams {
+  const std::uint8_t* cache_base = nullptr;
+  std::int64_t page_stride = 0;
+  std::int64_t num_pages = 0;
+  const float* weights = nullptr;
+  std::int64_t weights_stride_row = 0;
+  LengthsRef lens;
+  const std::int32_t* block_table = nullptr;
+  std::int64_t block_table_stride = 0;
+  std::int64_t max_blocks = 0;
+  const std::int32_t* schedule = nullptr;
+  int num_workers = 0;
+  std::int64_t batch = 0;
+  std::int64_t next_n = 1;
+  LogitsPath path = LogitsPath::native;
+  std::int64_t max_context_len = 0;
+  void* logits = nullptr;
+  bool bf16_output = false;
+  std::int64_t logits_stride = 0;
+  bool clean_logits = false;
+  DeviceErrorRecord* error = nullptr;
+};
+
+// What the producer tells the consumer about one stage.
+enum StageKind : std::int32_t { kStagePage = 0, kStageMissingPage = 1, kStageEnd = 2 };
+struct StageInfo {
+  std::int32_t first_position;  // key position of the page's row 0
+  std::int32_t generation;      // which query load the page is scored against
+  std::int32_t kind;
+  std::int32_t unused;
+};
+
+// One unit's queries travel by tensor copy; this is the rest of what the
+// consumers need about them, written by the producer warp.
+template <int kRows, int kHeads>
+struct QueryInfo {
+  float weights[kRows * kHeads];
+  std::int64_t first_row;  // logits row of draft row 0 of the unit
+  // Length of each row, or -1 when the row breaks a length rule (the fill
+  // warps own such rows).
+  std::int32_t lengths[kRows];
+  // Consumer warps add 1 per page, the producer subtracts 4 * pages when the
+  // unit is complete; whoever brings it to 0 frees the query slot.
+  std::int32_t pending;
+};
+
+template <int kRows, int kHeads>
+struct SharedLayout {
+  static constexpr int kQueryBytes = kRows * kHeads * kHeadDim;
+  static constexpr int kFixedBytes = 1024 /* alignment slack */ + 2 * kQueryBytes +
+                                     2 * static_cast<int>(sizeof(QueryInfo<kRows, kHeads>)) +
+                                     4 * 8 /* query barriers */;
+  static constexpr int kStageBytes =
+      kPageKeyBytes + kPageScaleBytes + static_cast<int>(sizeof(StageInfo)) + 2 * 8;
+  static constexpr int kStagesThatFit = (kMaxSharedBytes - kFixedBytes) / kStageBytes;
+  // Even, so each consumer warpgroup always meets the same stage slots.
+  static constexpr int kStages =
+      (kStagesThatFit < kMaxStages ? kStagesThatFit : kMaxStages) / 2 * 2;
+  static_assert(kStages >= 2, "shared memory too small for two stages");
+
+  static constexpr int keys = 0;
+  static constexpr int queries = keys + kStages * kPageKeyBytes;
+  static constexpr int scales = queries + 2 * kQueryBytes;
+  static constexpr int query_info = scales + kStages * kPageScaleBytes;
+  static constexpr int stage_info = query_info + 2 * static_cast<int>(sizeof(QueryInfo<kRows, kHeads>));
+  static constexpr int barriers = (stage_info + kStages * static_cast<int>(sizeof(StageInfo)) + 7) / 8 * 8;
+  static constexpr int bytes = barriers + (2 * kStages + 4) * 8;
+  static constexpr int launch_bytes = bytes + 1024;
+  static_assert(launch_bytes <= kMaxSharedBytes, "shared memory layout too large");
+};
+
+// The request and first draft row a schedule unit stands for.
+struct UnitRows {
+  std::int64_t request;
+  std::int64_t first_draft;
+};
+__device__ __forceinline__ UnitRows unit_rows(const LogitsKernelParams& p, std::int64_t unit) {
+  if (p.path == LogitsPath::per_token) return {unit / p.next_n, unit % p.next_n};
+  return {unit, 0};
+}
+
+// The device error a row length causes, or kNoDeviceError.
+__device__ __forceinline__ std::int32_t length_violation(const LogitsKernelParams& p,
+                                                         std::int32_t length) {
+  if (length < 0) return kNegativeLength;
+  if (length > p.max_context_len) return kLengthBeyondMaxContext;
+  if ((std::int64_t{length} + kPageTokens - 1) / kPageTokens > p.max_blocks) {
+    return kLengthBeyondBlockTable;
+  }
+  return kNoDeviceError;
+}
+
+// Longest valid row of a unit: the key positions whose pages are read.
+template <int kRows>
+__device__ __forceinline__ std::int32_t read_length(const LogitsKernelParams& p,
+                                                    const UnitRows& rows) {
+  std::int32_t longest = 0;
+  for (int j = 0; j < kRows; ++j) {
+    const std::int32_t length = row_length(p.lens, rows.request, rows.first_draft + j);
+    if (length_violation(p, length) == kNoDeviceError && length > longest) longest = length;
+  }
+  return longest;
+}
+
+__device__ __forceinline__ void store_logit(const LogitsKernelParams& p, std::int64_t row,
+                                            std::int64_t position, float value) {
+  const std::int64_t offset = row * p.logits_stride + position;
+  if (p.bf16_output) {
+    static_cast<std::uint16_t*>(p.logits)[offset] = float_to_bf16(value);
+  } else {
+    static_cast<float*>(p.logits)[offset] = value;
+  }
+}
+
+// What a position of a valid row gets when no score is computed for it:
+// NaN inside the row's length (its page was refused), -inf past it when the
+// caller asked for clean logits. Returns false when nothing is written.
+__device__ __forceinline__ bool unscored_value(const LogitsKernelParams& p, std::int64_t position,
+                                               std::int32_t length, float* value) {
+  if (position >= p.max_context_len) return false;
+  if (position < length) {
+    *value = __int_as_float(0x7fc00000);
+    return true;
+  }
+  *value = -__int_as_float(0x7f800000);
+  return p.clean_logits;
+}
+
+template <int kStages>
+struct Barriers {
+  std::uint64_t* page_full;   // [kStages] producer -> consumer (tensor copy bytes)
+  std::uint64_t* page_empty;  // [kStages] 4 consumer warps -> producer
+  std::uint64_t* query_full;  // [2]
+  std::uint64_t* query_empty; // [2]
+};
+
+// ---- producer warp ------------------------------------------------------------
+
+template <int kRows, int kHeads>
+__device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUtensorMap* key_map,
+                                        const CUtensorMap* query_map, unsigned char* smem) {
+  using Layout = SharedLayout<kRows, kHeads>;
+  constexpr int kStages = Layout::kStages;
+  constexpr int kWeightsPerLane = (kRows * kHeads + 31) / 32;
+  auto* info = reinterpret_cast<QueryInfo<kRows, kHeads>*>(smem + Layout::query_info);
+  auto* stage_info = reinterpret_cast<StageInfo*>(smem + Layout::stage_info);
+  auto* barriers = reinterpret_cast<std::uint64_t*>(smem + Layout::barriers);
+  std::uint64_t* page_full = barriers;
+  std::uint64_t* page_empty = barriers + kStages;
+  std::uint64_t* query_full = barriers + 2 * kStages;
+  std::uint64_t* query_empty = barriers + 2 * kStages + 2;
+
+  const int lane = threadIdx.x % 32;
+  const bool leader = ptx::elect_one();
+  const std::int64_t units = schedule_units(p.batch, p.next_n, p.path);
+
+  int sequence = 0;         // stages pushed so far
+  int generation = -1;      // query loads so far - 1
+  int generation_pages = 0; // pages pushed against the current query load
+  std::int64_t current_unit = -1;
+  UnitRows rows{0, 0};
+  std::int32_t lane_length = -1;  // lane j < kRows: row j's length, -1 when invalid
+  std::int64_t read_pages = 0;
+  bool query_loaded = false;
+  std::int64_t window_first = -1;  // block index held by lane 0 of the window
+  std::int32_t window_entry = -1;
+
+  auto push_stage = [&](std::int32_t first_position, StageKind kind, std::int32_t page) {
+    const int slot = sequence % kStages;
+    ptx::mbarrier_wait(&page_empty[slot], ((sequence / kStages) & 1) ^ 1);
+    if (leader) {
+      stage_info[slot] = StageInfo{first_position, generation, kind, 0};
+      if (kind == kStagePage) {
+        ptx::mbarrier_arrive_expect_tx(&page_full[slot], kPageKeyBytes + kPageScaleBytes);
+        ptx::tensor_copy_3d(smem + Layout::keys + slot * kPageKeyBytes, key_map, 0, 0, page,
+                            &page_full[slot]);
+        ptx::bulk_copy(smem + Layout::scales + slot * kPageScaleBytes,
+                       p.cache_base + page * p.page_stride + kPageKeyBytes, kPageScaleBytes,
+                       &page_full[slot]);
+      } else {
+        ptx::mbarrier_arrive(&page_full[slot]);
+      }
+    }
+    __syncwarp();
+    ++sequence;
+  };
+
+  auto close_generation = [&]() {
+    if (generation < 0) return;
+    if (leader) {
+      auto& slot = info[generation & 1];
+      const std::int32_t delta = -4 * generation_pages;
+      if (ptx::atomic_add_release(&slot.pending, delta) + delta == 0) {
+        ptx::mbarrier_arrive(&query_empty[generation & 1]);
+      }
+    }
+    __syncwarp();
+  };
+
+  auto load_queries = [&]() {
+    close_generation();
+    ++generation;
+    generation_pages = 0;
+    const int slot = generation & 1;
+    ptx::mbarrier_wait(&query_empty[slot], ((generation >> 1) & 1) ^ 1);
+    const std::int64_t first_row = rows.request * p.next_n + rows.first_draft;
+    float weights[kWeightsPerLane];
+#pragma unroll
+    for (int i = 0; i < kWeightsPerLane; ++i) {
+      const int index = lane + 32 * i;
+      weights[i] = index < kRows * kHeads
+                       ? __ldg(p.weights + (first_row + index / kHeads) * p.weights_stride_row +
+                               index % kHeads)
+                       : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < kWeightsPerLane; ++i) {
+      const int index = lane + 32 * i;
+      if (index < kRows * kHeads) info[slot].weights[index] = weights[i];
+    }
+    if (lane < kRows) info[slot].lengths[lane] = lane_length;
+    if (lane == 0) info[slot].first_row = first_row;
+    __syncwarp();
+    if (leader) {
+      ptx::mbarrier_arrive_expect_tx(&query_full[slot], Layout::kQueryBytes);
+      ptx::tensor_copy_4d(smem + Layout::queries + slot * Layout::kQueryBytes, query_map, 0, 0,
+                          static_cast<int>(rows.first_draft), static_cast<int>(rows.request),
+                          &query_full[slot]);
+    }
+    __syncwarp();
+    query_loaded = true;
+  };
+
+  for_each_item(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, units, p.lens, p.next_n,
+                p.path, [&](std::int64_t unit, std::int64_t chunk, std::int64_t) {
+                  if (unit != current_unit) {
+                    current_unit = unit;
+                    rows = unit_rows(p, unit);
+                    lane_length = -1;
+                    if (lane < kRows) {
+                      const std::int32_t length =
+                          row_length(p.lens, rows.request, rows.first_draft + lane);
+                      if (length_violation(p, length) == kNoDeviceError) lane_length = length;
+                    }
+                    std::int32_t longest = lane_length > 0 ? lane_length : 0;
+#pragma unroll
+                    for (int offset = 16; offset > 0; offset /= 2) {
+                      longest = max(longest, __shfl_xor_sync(0xffffffffu, longest, offset));
+                    }
+                    read_pages = (std::int64_t{longest} + kPageTokens - 1) / kPageTokens;
+                    query_loaded = false;
+                    window_first = -1;
+                  }
+                  for (int k = 0; k < kPagesPerChunk; ++k) {
+                    const std::int64_t block = chunk * kPagesPerChunk + k;
+                    if (block >= read_pages) break;
+                    if (window_first < 0 || block >= window_first + 32) {
+                      // One read of up to 32 consecutive needed entries, never past them.
+                      window_first = block;
+                      window_entry =
+                          block + lane < read_pages
+                              ? __ldg(p.block_table + rows.request * p.block_table_stride + block + lane)
+                              : -1;
+                    }
+                    // After the window read is issued, so the two latencies overlap.
+                    if (!query_loaded) load_queries();
+                    const std::int32_t page = __shfl_sync(
+                        0xffffffffu, window_entry, static_cast<int>(block - window_first));
+                    const bool in_range = page >= 0 && page < p.num_pages;
+                    if (!in_range && leader) {
+                      report_device_error(p.error, kPageOutOfRange, rows.request, block, page);
+                    }
+                    push_stage(static_cast<std::int32_t>(block * kPageTokens),
+                               in_range ? kStagePage : kStageMissingPage, page);
+                    ++generation_pages;
+                  }
+                });
+  for (int consumer = 0; consumer < kConsumerWarpgroups; ++consumer) push_stage(0, kStageEnd, 0);
+}
+
+// ---- schedule check ---------------------------------------------------------------
+
+// Reports a schedule that cannot have been planned for this batch and path:
+// a successor starting before this worker, a wrong trailer, or a first entry
+// past (0, 0) that skips work. The walk itself stays safe either way.
+__device__ __forceinline__ void check_schedule(const LogitsKernelParams& p) {
+  const int worker = static_cast<int>(blockIdx.x);
+  const std::int64_t units = schedule_units(p.batch, p.next_n, p.path);
+  const WorkItem mine = schedule_entry(p.schedule, worker);
+  if (worker + 1 < p.num_workers) {
+    const WorkItem next = schedule_entry(p.schedule, worker + 1);
+    if (item_before(next, mine)) {
+      report_device_error(p.error, kScheduleMismatch, worker + 1, next.unit, next.chunk);
+    }
+  }
+  if (worker != 0) return;
+  const WorkItem trailer = schedule_entry(p.schedule, p.num_workers);
+  if (trailer.unit != units || trailer.chunk != kChunkTokens) {
+    report_device_error(p.error, kScheduleMismatch, p.num_workers, trailer.unit, trailer.chunk);
+  }
+  if (mine.unit == 0 && mine.chunk == 0) return;
+  // A first entry past (0, 0) is fine when only empty units precede it.
+  bool skips_work = mine.unit < 0 || mine.chunk != 0;
+  const std::int64_t skipped = mine.unit < units ? mine.unit : units;
+  for (std::int64_t unit = 0; unit < skipped && !skips_work; ++unit) {
+    skips_work = chunks_for_length(unit_length(p.lens, p.next_n, p.path, unit)) > 0;
+  }
+  if (skips_work) report_device_error(p.error, kScheduleMismatch, 0, mine.unit, mine.chunk);
+}
+
+// ---- fill warps -----------------------------------------------------------------
+
+// Columns of each unit's rows that no page covers: [pages * 64, max_context_len)
+// gets -inf with clean_logits; a row whose length breaks a rule is reported
+// and gets NaN everywhere.
+template <int kRows>
+__device__ __forceinline__ void fill_uncovered(const LogitsKernelParams& p) {
+  const int thread = static_cast<int>(threadIdx.x) - 32;
+  if (thread == 0) check_schedule(p);
+  const std::int64_t units = schedule_units(p.batch, p.next_n, p.path);
+  for (std::int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
+    const UnitRows rows = unit_rows(p, unit);
+    const std::int64_t read = read_length<kRows>(p, rows);
+    const std::int64_t covered_pages_end = (read + kPageTokens - 1) / kPageTokens * kPageTokens;
+    for (int j = 0; j < kRows; ++j) {
+      const std::int64_t row = rows.request * p.next_n + rows.first_draft + j;
+      const std::int32_t length = row_length(p.lens, rows.request, rows.first_draft + j);
+      const std::int32_t violation = length_violation(p, length);
+      if (violation != kNoDeviceError && thread == 0) {
+        const std::int64_t limit = violation == kLengthBeyondMaxContext ? p.max_context_len
+                                   : violation == kLengthBeyondBlockTable ? p.max_blocks
+                                                                          : 0;
+        report_device_error(p.error, violation, row, length, limit);
+      }
+      if (violation == kNoDeviceError && !p.clean_logits) continue;
+      const float value = violation == kNoDeviceError ? -__int_as_float(0x7f800000)
+                                                      : __int_as_float(0x7fc00000);
+      const std::int64_t first = violation == kNoDeviceError ? covered_pages_end : 0;
+      for (std::int64_t position = first + thread; position < p.max_context_len;
+           position += kFillThreads) {
+        store_logit(p, row, position, value);
+      }
+    }
+  }
+}
+
+// ---- consumer warpgroups ---------------------------------------------------------
+
+// Quad reduce-scatter: the 4 threads sharing a token row each hold kValues
+// partial sums; afterwards thread (b, c) = (lane & 1, (lane >> 1) & 1) holds
+// the full sums of values b * kValues / 2 + c * kValues / 4 + i. With
+// kValues == 2 both halves of the quad end with value b.
+template <int kValues>
+__device__ __forceinline__ void quad_reduce_scatter(const float (&values)[kValues],
+                                                    float (&sums)[kValues >= 4 ? kValues / 4 : 1],
+                                                    int lane) {
+  constexpr int kHalf = kValues / 2;
+  const bool b = lane & 1;
+  float pair[kHalf];
+#pragma unroll
+  for (int i = 0; i < kHalf; ++i) {
+    const float send = b ? values[i] : values[i + kHalf];
+    const float keep = b ? values[i + kHalf] : values[i];
+    pair[i] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
+  }
+  if constexpr (kValues >= 4) {
+    constexpr int kQuarter = kHalf / 2;
+    const bool c = lane & 2;
+#pragma unroll
+    for (int i = 0; i < kQuarter; ++i) {
+      const float send = c ? pair[i] : pair[i + kQuarter];
+      const float keep = c ? pair[i + kQuarter] : pair[i];
+      sums[i] = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+    }
+  } else {
+    sums[0] = pair[0] + __shfl_xor_sync(0xffffffffu, pair[0], 2);
+  }
+}
+
+// partial[t * kPassRows + j]: this thread's share (its heads) of
+// sum_h w[j, h] * max(0, scale_t * acc) for its token row t (0: upper, 1: lower 8).
+// kScaled = false assumes non-negative scales and leaves the scale out (the
+// caller multiplies once after the sum).
+template <int kPassRows, int kHeads, bool kScaled>
+__device__ __forceinline__ void weighted_relu_sums(const float (&acc)[kPassRows * kHeads / 2],
+                                                   const float* weights, int quad_lane,
+                                                   float scale_upper, float scale_lower,
+                                                   float (&partial)[2 * kPassRows]) {
+#pragma unroll
+  for (int j = 0; j < kPassRows; ++j) {
+    float upper[2] = {0.0f, 0.0f}, lower[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int group = 0; group < kHeads / 8; ++group) {
+      const float2 w =
+          *reinterpret_cast<const float2*>(weights + j * kHeads + 8 * group + 2 * quad_lane);
+      const float* a = acc + 4 * (j * (kHeads / 8) + group);
+      const int chain = group & 1;
+      if constexpr (kScaled) {
+        upper[chain] = fmaf(w.x, fmaxf(a[0] * scale_upper, 0.0f), upper[chain]);
+        upper[chain] = fmaf(w.y, fmaxf(a[1] * scale_upper, 0.0f), upper[chain]);
+        lower[chain] = fmaf(w.x, fmaxf(a[2] * scale_lower, 0.0f), lower[chain]);
+        lower[chain] = fmaf(w.y, fmaxf(a[3] * scale_lower, 0.0f), lower[chain]);
+      } else {
+        upper[chain] = fmaf(w.x, fmaxf(a[0], 0.0f), upper[chain]);
+        upper[chain] = fmaf(w.y, fmaxf(a[1], 0.0f), upper[chain]);
+        lower[chain] = fmaf(w.x, fmaxf(a[2], 0.0f), lower[chain]);
+        lower[chain] = fmaf(w.y, fmaxf(a[3], 0.0f), lower[chain]);
+      }
+    }
+    partial[j] = upper[0] + upper[1];
+    partial[kPassRows + j] = lower[0] + lower[1];
+  }
+}
+
+// Everything a consumer thread knows about the page it is scoring.
+struct PageContext {
+  const unsigned char* keys;     // swizzled 64 x 128 bytes
+  const unsigned char* queries;  // swizzled (kRows * kHeads) x 128 bytes
+  const float* weights;          // [kRows][kHeads]
+  const std::int32_t* lengths;   // [kRows]
+  std::int64_t first_row;
+  std::int64_t first_position;
+  float scale_upper, scale_lower;  // of this thread's two token rows
+  int warp, lane;                  // in the warpgroup
+};
+
+// The passes of a page: pass i scores draft rows [first_row(i), first_row(i) +
+// rows(i)), kPassColumns / kHeads rows at a time, then the largest power of two
+// that is left (so the reduce-scatter always splits evenly).
+template <int kRows, int kHeads, int kPassColumns, int kFirstRow>
+struct Pass {
+  static constexpr int kRemaining = kRows - kFirstRow;
+  static constexpr int kMaxRows = kPassColumns / kHeads;
+  static constexpr int kRowsInPass = kRemaining >= kMaxRows ? kMaxRows
+                                     : kRemaining >= 4      ? 4
+                                     : kRemaining >= 2      ? 2
+                                                            : 1;
+  static constexpr int kColumns = kRowsInPass * kHeads;
+  static constexpr int kNextRow = kFirstRow + kRowsInPass;
+  static constexpr bool kLast = kNextRow == kRows;
+};
+
+// Issues (without waiting) the matrix product of one pass into `acc`.
+template <int kHeads, int kFirstRow, int kColumns>
+__device__ __forceinline__ void issue_pass(const PageContext& page, float (&acc)[kColumns / 2]) {
+  const std::uint64_t key_descriptor = ptx::k_major_swizzle128_descriptor(page.keys);
+  const std::uint64_t query_descriptor =
+      ptx::k_major_swizzle128_descriptor(page.queries + kFirstRow * kHeads * kHeadDim);
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < kHeadDim / 32; ++k) {
+    // 32 bytes along K inside the swizzle atom = 2 descriptor address units.
+    ptx::WgmmaE4m3<kColumns>::mma(acc, key_descriptor + 2 * k, query_descriptor + 2 * k, k > 0);
+  }
+  ptx::wgmma_commit();
+}
+
+// Turns one finished pass into logits: weighted ReLU sums, quad
+// reduce-scatter, scale, and the stores (-inf past a row's length).
+template <int kHeads, int kFirstRow, int kRowsInPass>
+__device__ __forceinline__ void finish_pass(const LogitsKernelParams& p, const PageContext& page,
+                                            const float (&acc)[kRowsInPass * kHeads / 2]) {
+  constexpr int kValues = 2 * kRowsInPass;
+  const int quad_lane = page.lane & 3;
+  float partial[kValues];
+  const bool plain = page.scale_upper >= 0.0f && page.scale_lower >= 0.0f;
+  if (plain) {
+    weighted_relu_sums<kRowsInPass, kHeads, false>(acc, page.weights + kFirstRow * kHeads,
+                                                   quad_lane, 1.0f, 1.0f, partial);
+  } else {
+    weighted_relu_sums<kRowsInPass, kHeads, true>(acc, page.weights + kFirstRow * kHeads,
+                                                  quad_lane, page.scale_upper, page.scale_lower,
+                                                  partial);
+  }
+  constexpr int kSums = kValues >= 4 ? kValues / 4 : 1;
+  float sums[kSums];
+  quad_reduce_scatter<kValues>(partial, sums, page.lane);
+
+  // After the reduce-scatter, lane bit 0 selects the token row, bit 1 (and i)
+  // the draft row.
+  const int lower = page.lane & 1;
+  const int half = (page.lane >> 1) & 1;
+  if (kValues < 4 && half != 0) return;  // both halves of the quad hold the same sum
+  const float scale = plain ? (lower ? page.scale_lower : page.scale_upper) : 1.0f;
+  const std::int64_t position = page.first_position + 16 * page.warp + page.lane / 4 + 8 * lower;
+#pragma unroll
+  for (int i = 0; i < kSums; ++i) {
+    const int j = kFirstRow + (kValues >= 4 ? half * kSums + i : 0);
+    const std::int32_t length = page.lengths[j];
+    if (length < 0) continue;
+    float value = scale * sums[i];
+    if (position < length || unscored_value(p, position, length, &value)) {
+      store_logit(p, page.first_row + j, position, value);
+    }
+  }
+}
+
+// Finishes the pass whose product is in flight in `acc` after issuing the
+// next pass's, so the tensor cores work while this warpgroup runs the
+// epilogue; release() runs once the last product has read the page.
+template <int kRows, int kHeads, int kPassColumns, int kFirstRow, typename Release>
+__device__ __forceinline__ void score_passes(
+    const LogitsKernelParams& p, const PageContext& page,
+    float (&acc)[Pass<kRows, kHeads, kPassColumns, kFirstRow>::kColumns / 2], Release&& release) {
+  using This = Pass<kRows, kHeads, kPassColumns, kFirstRow>;
+  if constexpr (This::kLast) {
+    ptx::wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < This::kColumns / 2; ++i) ptx::fence_operand(acc[i]);
+    release();
+    finish_pass<kHeads, kFirstRow, This::kRowsInPass>(p, page, acc);
+  } else {
+    using Next = Pass<kRows, kHeads, kPassColumns, This::kNextRow>;
+    float next[Next::kColumns / 2];
+    issue_pass<kHeads, This::kNextRow, Next::kColumns>(page, next);
+    ptx::wgmma_wait<1>();
+#pragma unroll
+    for (int i = 0; i < This::kColumns / 2; ++i) ptx::fence_operand(acc[i]);
+    finish_pass<kHeads, kFirstRow, This::kRowsInPass>(p, page, acc);
+    score_passes<kRows, kHeads, kPassColumns, This::kNextRow>(p, page, next, release);
+  }
+}
+
+template <int kRows, int kHeads, int kPassColumns, typename Release>
+__device__ __forceinline__ void score_page(const LogitsKernelParams& p, const PageContext& page,
+                                           Release&& release) {
+  using First = Pass<kRows, kHeads, kPassColumns, 0>;
+  float acc[First::kColumns / 2];
+  issue_pass<kHeads, 0, First::kColumns>(page, acc);
+  score_passes<kRows, kHeads, kPassColumns, 0>(p, page, acc, release);
+}
+
+template <int kRows, int kHeads, int kPassColumns>
+__device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned char* smem,
+                                       int consumer) {
+  using Layout = SharedLayout<kRows, kHeads>;
+  constexpr int kStages = Layout::kStages;
+  auto* info = reinterpret_cast<QueryInfo<kRows, kHeads>*>(smem + Layout::query_info);
+  auto* stage_info = reinterpret_cast<const StageInfo*>(smem + Layout::stage_info);
+  auto* barriers = reinterpret_cast<std::uint64_t*>(smem + Layout::barriers);
+  std::uint64_t* page_full = barriers;
+  std::uint64_t* page_empty = barriers + kStages;
+  std::uint64_t* query_full = barriers + 2 * kStages;
+  std::uint64_t* query_empty = barriers + 2 * kStages + 2;
+
+  const int thread = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
+  const int warp = thread / 32;
+  const int lane = thread % 32;
+  int generation = -1;
+  for (int sequence = consumer;; sequence += kConsumerWarpgroups) {
+    const int slot = sequence % kStages;
+    ptx::mbarrier_wait(&page_full[slot], (sequence / kStages) & 1);
+    const StageInfo stage = stage_info[slot];
+    if (stage.kind == kStageEnd) break;
+    const int query_slot = stage.generation & 1;
+    if (stage.generation != generation) {
+      generation = stage.generation;
+      ptx::mbarrier_wait(&query_full[query_slot], (generation >> 1) & 1);
+    }
+    auto& query = info[query_slot];
+    auto release_page = [&]() {
+      if (lane == 0) ptx::mbarrier_arrive(&page_empty[slot]);
+    };
+    if (stage.kind == kStagePage) {
+      const float* scales =
+          reinterpret_cast<const float*>(smem + Layout::scales + slot * kPageScaleBytes);
+      PageContext page;
+      page.keys = smem + Layout::keys + slot * kPageKeyBytes;
+      page.queries = smem + Layout::queries + query_slot * Layout::kQueryBytes;
+      page.weights = query.weights;
+      page.lengths = query.lengths;
+      page.first_row = query.first_row;
+      page.first_position = stage.first_position;
+      page.scale_upper = scales[16 * warp + lane / 4];
+      page.scale_lower = scales[16 * warp + lane / 4 + 8];
+      page.warp = warp;
+      page.lane = lane;
+      score_page<kRows, kHeads, kPassColumns>(p, page, release_page);
+    } else {
+      release_page();
+      for (int index = thread; index < kRows * kPageTokens; index += kWarpgroupThreads) {
+        const int j = index / kPageTokens;
+        const std::int64_t position = stage.first_position + index % kPageTokens;
+        float value;
+        if (query.lengths[j] >= 0 && unscored_value(p, position, query.lengths[j], &value)) {
+          store_logit(p, query.first_row + j, position, value);
+        }
+      }
+    }
+    // This warp is done with the unit's queries (products waited for,
+    // weights and lengths read): count it.
+    if (lane == 0 && ptx::atomic_add_release(&query.pending, 1) + 1 == 0) {
+      ptx::mbarrier_arrive(&query_empty[query_slot]);
+    }
+  }
+}
+
+// ---- the kernel ----------------------------------------------------------------
+
+template <int kRows, int kHeads, int kPassColumns>
+__global__ void __launch_bounds__(kThreads, 1)
+    paged_logits_sm90_kernel(const LogitsKernelParams p, const __grid_constant__ CUtensorMap key_map,
+                             const __grid_constant__ CUtensorMap query_map) {
+#if DSA_SM90A_ENABLED
+  using Layout = SharedLayout<kRows, kHeads>;
+  constexpr int kStages = Layout::kStages;
+  extern __shared__ unsigned char shared_raw[];
+  // Swizzled tensor copies and wgmma descriptors need 1024-byte alignment.
+  unsigned char* smem =
+      shared_raw + ((1024 - (ptx::smem_address(shared_raw) & 1023)) & 1023);
+  auto* barriers = reinterpret_cast<std::uint64_t*>(smem + Layout::barriers);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      ptx::mbarrier_init(&barriers[s], 1);                              // page full
+      ptx::mbarrier_init(&barriers[kStages + s], kWarpgroupThreads / 32);  // page empty
+    }
+    for (int s = 0; s < 2; ++s) {
+      ptx::mbarrier_init(&barriers[2 * kStages + s], 1);      // query full
+      ptx::mbarrier_init(&barriers[2 * kStages + 2 + s], 1);  // query empty
+      reinterpret_cast<QueryInfo<kRows, kHeads>*>(smem + Layout::query_info)[s].pending = 0;
+    }
+    ptx::fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int warpgroup = static_cast<int>(threadIdx.x) / kWarpgroupThreads;
+  if (warpgroup == 0) {
+    ptx::lower_register_limit<kProducerRegisters>();
+    if (threadIdx.x < 32) {
+      ptx::prefetch_tensor_map(&key_map);
+      ptx::prefetch_tensor_map(&query_map);
+      produce<kRows, kHeads>(p, &key_map, &query_map, smem);
+    } else {
+      fill_uncovered<kRows>(p);
+    }
+  } else {
+    ptx::raise_register_limit<kConsumerRegisters>();
+    consume<kRows, kHeads, kPassColumns>(p, smem, warpgroup - 1);
+  }
+#else
+  (void)p;
+  (void)key_map;
+  (void)query_map;
+#endif
+}
+
+}  // namespace dsa::detail::cuda::hopper

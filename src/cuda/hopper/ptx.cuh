@@ -1,0 +1,353 @@
+// Thin wrappers around the sm_90a PTX the Hopper kernels use: mbarriers, bulk
+// and tensor (TMA) copies, warpgroup matrix products (wgmma) and register
+// reallocation. This file is the only place that holds inline PTX.
+//
+// Every wrapper compiles to nothing outside sm_90a device code, so the
+// translation units that include it still build for the generic PTX target;
+// the kernels using them are themselves only instantiated with bodies there.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define DSA_SM90A_ENABLED 1
+#else
+#define DSA_SM90A_ENABLED 0
+#endif
+
+namespace dsa::detail::cuda::hopper::ptx {
+
+__device__ __forceinline__ std::uint32_t smem_address(const void* pointer) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(pointer));
+}
+
+// ---- mbarrier ---------------------------------------------------------------
+
+__device__ __forceinline__ void mbarrier_init(std::uint64_t* barrier, std::uint32_t arrivals) {
+#if DSA_SM90A_ENABLED
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_address(barrier)),
+               "r"(arrivals));
+#else
+  (void)barrier;
+  (void)arrivals;
+#endif
+}
+
+// Makes initialized barriers visible to the other threads and to the async proxy.
+__device__ __forceinline__ void fence_barrier_init() {
+#if DSA_SM90A_ENABLED
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbarrier_arrive(std::uint64_t* barrier) {
+#if DSA_SM90A_ENABLED
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(smem_address(barrier))
+               : "memory");
+#else
+  (void)barrier;
+#endif
+}
+
+// Arrives and adds `bytes` to the transaction count the current phase waits for.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(std::uint64_t* barrier,
+                                                          std::uint32_t bytes) {
+#if DSA_SM90A_ENABLED
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(
+                   smem_address(barrier)),
+               "r"(bytes)
+               : "memory");
+#else
+  (void)barrier;
+  (void)bytes;
+#endif
+}
+
+// Blocks until the phase with parity `parity` has completed.
+__device__ __forceinline__ void mbarrier_wait(std::uint64_t* barrier, std::uint32_t parity) {
+#if DSA_SM90A_ENABLED
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n"
+      "}\n" ::"r"(smem_address(barrier)),
+      "r"(parity)
+      : "memory");
+#else
+  (void)barrier;
+  (void)parity;
+#endif
+}
+
+// Atomic add on a shared-memory counter with release semantics at CTA scope:
+// this thread's earlier memory accesses are ordered before it. Returns the
+// previous value.
+__device__ __forceinline__ std::int32_t atomic_add_release(std::int32_t* counter,
+                                                           std::int32_t value) {
+#if DSA_SM90A_ENABLED
+  std::int32_t previous;
+  asm volatile("atom.release.cta.shared::cta.add.s32 %0, [%1], %2;"
+               : "=r"(previous)
+               : "r"(smem_address(counter)), "r"(value)
+               : "memory");
+  return previous;
+#else
+  (void)counter;
+  (void)value;
+  return 0;
+#endif
+}
+
+// ---- bulk and tensor copies (global -> shared, completing on an mbarrier) ----
+
+__device__ __forceinline__ void prefetch_tensor_map(const void* tensor_map) {
+#if DSA_SM90A_ENABLED
+  asm volatile("prefetch.tensormap [%0];" ::"l"(tensor_map) : "memory");
+#else
+  (void)tensor_map;
+#endif
+}
+
+// Contiguous copy; `bytes`, both addresses multiples of 16.
+__device__ __forceinline__ void bulk_copy(void* destination, const void* source,
+                                          std::uint32_t bytes, std::uint64_t* barrier) {
+#if DSA_SM90A_ENABLED
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(smem_address(destination)),
+      "l"(source), "r"(bytes), "r"(smem_address(barrier))
+      : "memory");
+#else
+  (void)destination;
+  (void)source;
+  (void)bytes;
+  (void)barrier;
+#endif
+}
+
+__device__ __forceinline__ void tensor_copy_3d(void* destination, const void* tensor_map, int c0,
+                                               int c1, int c2, std::uint64_t* barrier) {
+#if DSA_SM90A_ENABLED
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(smem_address(destination)),
+      "l"(tensor_map), "r"(c0), "r"(c1), "r"(c2), "r"(smem_address(barrier))
+      : "memory");
+#else
+  (void)destination;
+  (void)tensor_map;
+  (void)c0;
+  (void)c1;
+  (void)c2;
+  (void)barrier;
+#endif
+}
+
+__device__ __forceinline__ void tensor_copy_4d(void* destination, const void* tensor_map, int c0,
+                                               int c1, int c2, int c3, std::uint64_t* barrier) {
+#if DSA_SM90A_ENABLED
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(smem_address(destination)),
+      "l"(tensor_map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_address(barrier))
+      : "memory");
+#else
+  (void)destination;
+  (void)tensor_map;
+  (void)c0;
+  (void)c1;
+  (void)c2;
+  (void)c3;
+  (void)barrier;
+#endif
+}
+
+// ---- warp specialization ------------------------------------------------------
+
+// Register reallocation between warpgroups; every warp of the warpgroup executes it.
+template <int kRegisters>
+__device__ __forceinline__ void raise_register_limit() {
+#if DSA_SM90A_ENABLED
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegisters));
+#endif
+}
+template <int kRegisters>
+__device__ __forceinline__ void lower_register_limit() {
+#if DSA_SM90A_ENABLED
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegisters));
+#endif
+}
+
+// True in exactly one lane of the (fully active) warp.
+__device__ __forceinline__ bool elect_one() {
+#if DSA_SM90A_ENABLED
+  std::uint32_t elected = 0;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "elect.sync _|p, 0xffffffff;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(elected));
+  return elected != 0;
+#else
+  return false;
+#endif
+}
+
+// ---- wgmma ------------------------------------------------------------------
+
+// Shared-memory matrix descriptor of a K-major operand stored as rows of 128
+// bytes with the 128-byte swizzle (what a SWIZZLE_128B tensor copy writes):
+// groups of 8 rows are 1024 bytes apart; the leading offset is unused.
+__device__ __forceinline__ std::uint64_t k_major_swizzle128_descriptor(const void* tile) {
+  constexpr std::uint64_t kRowGroupStride = 1024;
+  const std::uint64_t address = smem_address(tile);
+  return ((address & 0x3FFFF) >> 4) | (std::uint64_t{1} << 16) |
+         ((kRowGroupStride >> 4) << 32) | (std::uint64_t{1} << 62);
+}
+
+// Orders register accesses before the next wgmma (required before the first
+// one and whenever the accumulators were touched by ordinary instructions).
+__device__ __forceinline__ void wgmma_fence() {
+#if DSA_SM90A_ENABLED
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if DSA_SM90A_ENABLED
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+// Ties an accumulator register to this point of the instruction stream, so
+// the compiler neither reads it before wgmma_wait nor writes it while a
+// wgmma is in flight.
+__device__ __forceinline__ void fence_operand(float& value) {
+  asm volatile("" : "+f"(value)::"memory");
+}
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+#if DSA_SM90A_ENABLED
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+#endif
+}
+
+// D[64 x N] (+)= A[64 x 32] * B[N x 32]^T with e4m3 operands from shared
+// memory (both K-major) and float32 accumulators; thread t of the warpgroup
+// holds rows 16 * (t / 32) + (t % 32) / 4 + {0, 8} and columns
+// 8 * i + 2 * (t % 4) + {0, 1}: d[4 i + 2 r + c] is (row offset 8 r, column 8 i + 2 (t % 4) + c).
+template <int N>
+struct WgmmaE4m3;
+
+template <>
+struct WgmmaE4m3<32> {
+  static __device__ __forceinline__ void mma(float (&d)[16], std::uint64_t desc_a, std::uint64_t desc_b, bool accumulate) {
+#if DSA_SM90A_ENABLED
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15},"
+        " %16, %17, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+#else
+    (void)d; (void)desc_a; (void)desc_b; (void)accumulate;
+#endif
+  }
+};
+
+template <>
+struct WgmmaE4m3<64> {
+  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t desc_a, std::uint64_t desc_b, bool accumulate) {
+#if DSA_SM90A_ENABLED
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
+        " %32, %33, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+#else
+    (void)d; (void)desc_a; (void)desc_b; (void)accumulate;
+#endif
+  }
+};
+
+template <>
+struct WgmmaE4m3<128> {
+  static __device__ __forceinline__ void mma(float (&d)[64], std::uint64_t desc_a, std::uint64_t desc_b, bool accumulate) {
+#if DSA_SM90A_ENABLED
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},"
+        " %64, %65, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+#else
+    (void)d; (void)desc_a; (void)desc_b; (void)accumulate;
+#endif
+  }
+};
+
+template <>
+struct WgmmaE4m3<256> {
+  static __device__ __forceinline__ void mma(float (&d)[128], std::uint64_t desc_a, std::uint64_t desc_b, bool accumulate) {
+#if DSA_SM90A_ENABLED
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+        " %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+        " %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+        " %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+        " %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},"
+        " %128, %129, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+#else
+    (void)d; (void)desc_a; (void)desc_b; (void)accumulate;
+#endif
+  }
+};
+
+}  // namespace dsa::detail::cuda::hopper::ptx

@@ -1,0 +1,154 @@
+// index_topk on CUDA, logits_then_topk strategy: the logits of every row are
+// staged in the workspace, then selected by the top-k kernels.
+//
+// Workspace: [error record][staged logits][top-k lengths][top-k workspace,
+// which starts with its own error record]. The top-k operation clears and
+// fills its own record; a one-thread kernel then carries its violation into
+// this operation's record unless the scoring already recorded one.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend.hpp"
+#include "cuda/device_error.cuh"
+#include "cuda/generic_kernels.hpp"
+#include "cuda/launch_utils.hpp"
+#include "cuda/scoring_rules.cuh"
+
+namespace dsa::detail::cuda {
+
+namespace {
+
+constexpr int kLengthThreads = 256;
+
+// Row stride of the staged logits: whole 64-float groups, so that every row
+// starts 256-byte aligned (the layout the public API uses when it stages them).
+std::int64_t staged_logits_stride(std::int64_t max_context_len) {
+  return std::max<std::int64_t>((max_context_len + 63) / 64 * 64, 64);
+}
+
+struct WorkspacePlan {
+  std::size_t logits_offset = 0;  // from the workspace start
+  std::int64_t logits_stride = 0;
+  std::size_t lengths_offset = 0;
+  std::size_t topk_offset = 0;
+  std::size_t topk_bytes = 0;
+  std::size_t total = 0;
+};
+
+WorkspacePlan plan_workspace(std::int64_t rows, std::int64_t max_context_len, int k, int device) {
+  WorkspacePlan plan;
+  plan.logits_offset = kDeviceErrorRecordBytes;
+  plan.logits_stride = staged_logits_stride(max_context_len);
+  const auto logits_bytes = static_cast<std::size_t>(rows * plan.logits_stride) * sizeof(float);
+  plan.lengths_offset = plan.logits_offset + align_workspace(logits_bytes);
+  plan.topk_offset =
+      plan.lengths_offset + align_workspace(static_cast<std::size_t>(rows) * sizeof(std::int32_t));
+  plan.topk_bytes = align_workspace(topk_workspace_bytes(rows, max_context_len, k, device));
+  plan.total = plan.topk_offset + plan.topk_bytes;
+  return plan;
+}
+
+// The length each row selects among: topk_lens[r] (or the context length),
+// limited to the positions the scoring defined. Rows whose context length
+// breaks a rule select nothing (their logits are NaN and the violation is
+// recorded by the scoring); a top-k length beyond the context or negative is
+// recorded here.
+__global__ void topk_lengths_kernel(LogitsProblem p, const std::int32_t* topk_lens,
+                                    std::int64_t topk_lens_stride, std::int32_t* out,
+                                    DeviceErrorRecord* record) {
+  const std::int64_t rows = p.batch * p.next_n;
+  for (std::int64_t row = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; row < rows;
+       row += std::int64_t{gridDim.x} * blockDim.x) {
+    const std::int64_t b = row / p.next_n;
+    const std::int64_t j = row % p.next_n;
+    const std::int64_t context = usable_length(p, b, j);
+    std::int64_t length = context;
+    if (topk_lens != nullptr) {
+      length = topk_lens[row * topk_lens_stride];
+      if (length < 0) {
+        report_device_error(record, kNegativeLength, row, length, 0);
+        length = 0;
+      } else if (length > row_length(p.lens, b, j)) {
+        report_device_error(record, kTopkLengthBeyondContext, row, length, row_length(p.lens, b, j));
+      }
+      length = std::min(length, context);
+    }
+    out[row] = static_cast<std::int32_t>(length);
+  }
+}
+
+__global__ void merge_error_kernel(DeviceErrorRecord* record, const DeviceErrorRecord* later) {
+  if (record->code == kNoDeviceError && later->code != kNoDeviceError) *record = *later;
+}
+
+}  // namespace
+
+std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_context_len, int k,
+                                       bool /*fused*/, int device) {
+  // The CUDA backends run logits_then_topk for every strategy they accept.
+  return plan_workspace(rows, max_context_len, k, device).total;
+}
+
+Status index_topk(const IndexTopkProblem& p, bool hopper, const ExecContext& ctx) {
+  const char* op = "index_topk";
+  DeviceGuard guard;
+  DSA_RETURN_IF_ERROR(guard.enter(p.logits.device.index));
+  const std::int64_t rows = p.logits.rows();
+  const WorkspacePlan plan = plan_workspace(rows, p.logits.max_context_len, p.k, p.logits.device.index);
+  if (ctx.workspace.data == nullptr || ctx.workspace.bytes < plan.total) {
+    return {ErrorCode::workspace_too_small,
+            std::string(op) + ": ctx.workspace: has " + std::to_string(ctx.workspace.bytes) +
+                " bytes but needs " + std::to_string(plan.total) + " (see index_topk_workspace_bytes)"};
+  }
+  DSA_RETURN_IF_ERROR(clear_device_error(ctx));
+  unsigned char* workspace = static_cast<unsigned char*>(ctx.workspace.data);
+  const cudaStream_t stream = stream_of(ctx);
+
+  // The scoring writes into the staged buffer (the public API may already have
+  // pointed the problem at it; the layout is the same).
+  LogitsProblem scoring = p.logits;
+  scoring.logits = workspace + plan.logits_offset;
+  scoring.logits_dtype = DType::float32;
+  scoring.logits_stride = plan.logits_stride;
+  scoring.clean_logits = false;
+  auto* lengths = reinterpret_cast<std::int32_t*>(workspace + plan.lengths_offset);
+
+  if (rows > 0) {
+    topk_lengths_kernel<<<grid_for(rows, kLengthThreads), kLengthThreads, 0, stream>>>(
+        scoring, p.topk_lens, p.topk_lens_stride, lengths, error_record(ctx));
+    DSA_CUDA_CHECK_LAUNCH("topk_lengths_kernel");
+  }
+  DSA_RETURN_IF_ERROR(launch_paged_mqa_logits(scoring, hopper, ctx));
+
+  TopkProblem select;
+  select.device = p.logits.device;
+  select.rows = rows;
+  select.cols = p.logits.max_context_len;
+  select.logits = scoring.logits;
+  select.logits_dtype = DType::float32;
+  select.logits_stride = scoring.logits_stride;
+  select.lengths = lengths;
+  select.lengths_stride = 1;
+  select.k = p.k;
+  select.indices = p.indices;
+  select.indices_stride = p.indices_stride;
+  select.sorted = p.sorted;
+  if (p.physical_slots) {
+    select.block_table = p.logits.block_table;
+    select.block_table_stride = p.logits.block_table_stride;
+    select.max_blocks = p.logits.max_blocks;
+    select.rows_per_request = static_cast<int>(p.logits.next_n);
+  }
+  ExecContext select_ctx = ctx;
+  select_ctx.workspace = Workspace{workspace + plan.topk_offset, plan.topk_bytes};
+  select_ctx.check_device_errors = false;  // reported through this operation's record
+  DSA_RETURN_IF_ERROR(topk(select, select_ctx));
+
+  merge_error_kernel<<<1, 1, 0, stream>>>(error_record(ctx), error_record(select_ctx));
+  DSA_CUDA_CHECK_LAUNCH("merge_error_kernel");
+  return Status::success();
+}
+
+}  // namespace dsa::detail::cuda

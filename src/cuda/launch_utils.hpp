@@ -1,0 +1,80 @@
+// Small host-side helpers shared by the CUDA entry points: the stream and the
+// workspace regions of an ExecContext, and the error-record protocol.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend.hpp"
+#include "cuda/cuda_check.hpp"
+#include "device_error.hpp"
+
+namespace dsa::detail::cuda {
+
+inline cudaStream_t stream_of(const ExecContext& ctx) {
+  return static_cast<cudaStream_t>(ctx.stream);
+}
+
+// The error record at the start of the workspace (validation guarantees at
+// least kDeviceErrorRecordBytes of workspace for CUDA operations).
+inline DeviceErrorRecord* error_record(const ExecContext& ctx) {
+  return static_cast<DeviceErrorRecord*>(ctx.workspace.data);
+}
+
+// The scratch memory after the error record, kWorkspaceAlignment-aligned.
+inline unsigned char* workspace_scratch(const ExecContext& ctx) {
+  return static_cast<unsigned char*>(ctx.workspace.data) + kDeviceErrorRecordBytes;
+}
+inline std::size_t workspace_scratch_bytes(const ExecContext& ctx) {
+  return ctx.workspace.bytes > kDeviceErrorRecordBytes ? ctx.workspace.bytes - kDeviceErrorRecordBytes
+                                                       : 0;
+}
+
+// Rounds a byte count up to the workspace alignment.
+inline std::size_t align_workspace(std::size_t bytes) {
+  return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
+}
+
+// Makes `device` current for the calling thread for the guard's lifetime, so
+// kernels launch on the device that owns the tensors and the caller's
+// current device is left as it was.
+class DeviceGuard {
+ public:
+  DeviceGuard() = default;
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  ~DeviceGuard() {
+    if (restore_) cudaSetDevice(previous_);
+  }
+  Status enter(int device) {
+    DSA_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) {
+      DSA_CUDA_CHECK(cudaSetDevice(device));
+      restore_ = true;
+    }
+    return Status::success();
+  }
+
+ private:
+  int previous_ = 0;
+  bool restore_ = false;
+};
+
+// Every operation starts by clearing the record (stream-ordered); the public
+// API reads it back afterwards when ctx.check_device_errors is set.
+inline Status clear_device_error(const ExecContext& ctx) {
+  return cuda_status(
+      cudaMemsetAsync(error_record(ctx), 0, sizeof(DeviceErrorRecord), stream_of(ctx)),
+      "cudaMemsetAsync(error record)");
+}
+
+// Grid size for a grid-stride loop over `count` elements.
+inline unsigned grid_for(std::int64_t count, int threads_per_block, unsigned max_blocks = 65535u) {
+  const std::int64_t blocks = (count + threads_per_block - 1) / threads_per_block;
+  if (blocks < 1) return 1u;
+  return blocks > max_blocks ? max_blocks : static_cast<unsigned>(blocks);
+}
+
+}  // namespace dsa::detail::cuda

@@ -1,0 +1,389 @@
+// The generic paged MQA logits kernels: correct on every GPU the toolkit
+// supports, for any next_n, head count and head dimension (D % 16 == 0).
+//
+// A persistent grid of num_workers blocks walks the schedule. For an item
+// (request or row, chunk of 256 positions) a block stages one page of keys at
+// a time in shared memory (dequantized to half precision, which holds every
+// e4m3 value exactly) and scores it for all of the item's rows. Lane l of
+// every warp owns positions l and l + 32 of the page; the warps split the
+// heads. Each (row, position) is reduced in a fixed order (dot products over d
+// in order, heads per warp in order, then the warps in order), so results are
+// bitwise repeatable and the native and per-token paths agree bit for bit.
+//
+// Data-dependent rules are checked on the device: a row whose length is
+// negative, beyond max_context_len or beyond the block table is filled with
+// NaN over [0, max_context_len); a needed block-table entry outside the cache
+// turns that page's positions into NaN. Neither is ever dereferenced, and the
+// first violation lands in the error record.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "backend.hpp"
+#include "cache_format.hpp"
+#include "cuda/device_error.cuh"
+#include "cuda/generic_kernels.hpp"
+#include "cuda/launch_utils.hpp"
+#include "cuda/scoring_rules.cuh"
+#include "number_formats.hpp"
+#include "schedule_walk.hpp"
+
+namespace dsa::detail::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kHeadsPerWarpPass = 2;                        // heads a warp scores together
+constexpr int kHeadGranule = kWarps * kHeadsPerWarpPass;    // head tiles are multiples of this
+constexpr int kKeyPadHalves = 8;  // keeps 16-byte key loads of consecutive lanes conflict-free
+constexpr int kRowThreads = 256;
+
+// Shared memory of the scoring kernel, carved from one dynamic allocation.
+struct SharedLayout {
+  int head_dim;
+  int head_tile;
+
+  __host__ __device__ int key_stride() const { return head_dim + kKeyPadHalves; }  // in halves
+  __host__ __device__ std::size_t q_bytes() const { return std::size_t(head_tile) * head_dim * 4; }
+  __host__ __device__ std::size_t weights_bytes() const { return std::size_t(head_tile) * 4; }
+  __host__ __device__ std::size_t keys_bytes() const { return std::size_t(kPageTokens) * key_stride() * 2; }
+  __host__ __device__ std::size_t scales_bytes() const { return kPageTokens * 4; }
+  __host__ __device__ std::size_t partial_bytes() const { return std::size_t(kWarps) * kPageTokens * 4; }
+  // Every part is a multiple of 16 bytes, so each starts 16-byte aligned.
+  __host__ __device__ std::size_t total() const {
+    return q_bytes() + weights_bytes() + keys_bytes() + scales_bytes() + partial_bytes();
+  }
+  static std::size_t fixed_bytes(int head_dim) { return SharedLayout{head_dim, 0}.total(); }
+  static std::size_t bytes_per_head(int head_dim) { return std::size_t(head_dim) * 4 + 4; }
+};
+
+struct SharedViews {
+  float* q;        // [head_tile][D]
+  float* weights;  // [head_tile]
+  __half* keys;    // [64][D + kKeyPadHalves]
+  float* scales;   // [64]
+  float* partial;  // [kWarps][64]
+};
+
+__device__ SharedViews carve_shared(unsigned char* base, const SharedLayout& layout) {
+  SharedViews v;
+  v.q = reinterpret_cast<float*>(base);
+  base += layout.q_bytes();
+  v.weights = reinterpret_cast<float*>(base);
+  base += layout.weights_bytes();
+  v.keys = reinterpret_cast<__half*>(base);
+  base += layout.keys_bytes();
+  v.scales = reinterpret_cast<float*>(base);
+  base += layout.scales_bytes();
+  v.partial = reinterpret_cast<float*>(base);
+  return v;
+}
+
+__device__ __forceinline__ void store_logit(const LogitsProblem& p, std::int64_t row,
+                                            std::int64_t position, float value) {
+  const std::int64_t index = row * p.logits_stride + position;
+  if (p.logits_dtype == DType::bfloat16) {
+    static_cast<std::uint16_t*>(p.logits)[index] = float_to_bf16(value);
+  } else {
+    static_cast<float*>(p.logits)[index] = value;
+  }
+}
+
+__device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000); }
+
+// Per row: record a broken length rule and NaN-fill the row over
+// [0, max_context_len), or (clean_logits) fill [L, max_context_len) with -inf.
+__global__ void __launch_bounds__(kRowThreads) logits_rows_kernel(LogitsProblem p,
+                                                                  DeviceErrorRecord* record) {
+  const std::int64_t rows = p.batch * p.next_n;
+  for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const std::int64_t b = row / p.next_n;
+    const std::int64_t j = row % p.next_n;
+    const std::int64_t length = row_length(p.lens, b, j);
+    const bool usable = usable_length(p, b, j) == length;
+    if (!usable && threadIdx.x == 0) {
+      if (length < 0) {
+        report_device_error(record, kNegativeLength, row, length, 0);
+      } else if (length > p.max_context_len) {
+        report_device_error(record, kLengthBeyondMaxContext, row, length, p.max_context_len);
+      } else {
+        report_device_error(record, kLengthBeyondBlockTable, row, length, p.max_blocks);
+      }
+    }
+    if (usable && !p.clean_logits) continue;
+    const std::int64_t first = usable ? length : 0;
+    const float fill = usable ? -INFINITY : quiet_nan();
+    for (std::int64_t pos = first + threadIdx.x; pos < p.max_context_len; pos += blockDim.x) {
+      store_logit(p, row, pos, fill);
+    }
+  }
+}
+
+// Worker 0 checks the first entry and the trailer, every worker that its
+// successor does not start before it. Uniform per block (uses a barrier).
+__device__ void check_schedule(const LogitsProblem& p, std::int64_t units, DeviceErrorRecord* record) {
+  const int worker = blockIdx.x;
+  const WorkItem mine = schedule_entry(p.schedule, worker);
+  if (threadIdx.x == 0) {
+    if (worker + 1 < p.num_workers) {
+      const WorkItem next = schedule_entry(p.schedule, worker + 1);
+      if (item_before(next, mine)) report_device_error(record, kScheduleMismatch, worker + 1, next.unit, next.chunk);
+    }
+    if (worker == 0) {
+      const WorkItem trailer = schedule_entry(p.schedule, p.num_workers);
+      if (trailer.unit != units || trailer.chunk != kChunkTokens) {
+        report_device_error(record, kScheduleMismatch, p.num_workers, trailer.unit, trailer.chunk);
+      }
+    }
+  }
+  if (worker != 0 || (mine.unit == 0 && mine.chunk == 0)) return;
+  // A first entry past (0, 0) still covers everything when only empty units
+  // precede it.
+  bool skips_work = mine.unit < 0 || mine.chunk != 0;
+  const std::int64_t skipped = mine.unit < units ? mine.unit : units;
+  for (std::int64_t u = threadIdx.x; u < skipped && !skips_work; u += blockDim.x) {
+    skips_work = chunks_for_length(unit_length(p.lens, p.next_n, p.path, u)) > 0;
+  }
+  if (__syncthreads_or(skips_work) && threadIdx.x == 0) {
+    report_device_error(record, kScheduleMismatch, 0, mine.unit, mine.chunk);
+  }
+}
+
+// Dequantizes the 64 keys and scales of `page` into shared memory.
+__device__ void stage_page(const std::uint8_t* page, int head_dim, const SharedViews& s,
+                           int key_stride) {
+  const uint4* src = reinterpret_cast<const uint4*>(page);
+  const int vectors = kPageTokens * head_dim / 16;
+  for (int i = threadIdx.x; i < vectors; i += kThreads) {
+    const uint4 raw = src[i];
+    const int token = i * 16 / head_dim;
+    const int d = i * 16 % head_dim;
+    const std::uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+    __align__(16) __half converted[16];
+#pragma unroll
+    for (int e = 0; e < 16; ++e) {
+      const auto byte = static_cast<std::uint8_t>(words[e / 4] >> (8 * (e % 4)));
+      converted[e] = __float2half_rn(e4m3_to_float(byte));  // exact: e4m3 is a subset of half
+    }
+    uint4* dst = reinterpret_cast<uint4*>(s.keys + token * key_stride + d);
+    dst[0] = *reinterpret_cast<const uint4*>(&converted[0]);
+    dst[1] = *reinterpret_cast<const uint4*>(&converted[8]);
+  }
+  if (threadIdx.x < kPageTokens) {
+    s.scales[threadIdx.x] = page_scales(const_cast<std::uint8_t*>(page), head_dim)[threadIdx.x];
+  }
+}
+
+// Dequantizes heads [h0, h0 + count) of one query row and their weights;
+// a pair's missing partner head is zero.
+__device__ void stage_queries(const LogitsProblem& p, std::int64_t b, std::int64_t j, std::int64_t h0,
+                              int count, const SharedViews& s) {
+  const int head_dim = p.head_dim;
+  const int vectors_per_head = head_dim / 16;
+  const int padded = (count + kHeadsPerWarpPass - 1) / kHeadsPerWarpPass * kHeadsPerWarpPass;
+  for (int i = threadIdx.x; i < padded * vectors_per_head; i += kThreads) {
+    const int h = i / vectors_per_head;
+    const int d = i % vectors_per_head * 16;
+    float4* dst = reinterpret_cast<float4*>(s.q + h * head_dim + d);
+    if (h >= count) {
+      for (int e = 0; e < 4; ++e) dst[e] = make_float4(0.f, 0.f, 0.f, 0.f);
+      continue;
+    }
+    const uint4 raw = *reinterpret_cast<const uint4*>(p.q + b * p.q_stride_b + j * p.q_stride_n +
+                                                      (h0 + h) * p.q_stride_h + d);
+    const std::uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      dst[e] = make_float4(e4m3_to_float(static_cast<std::uint8_t>(words[e])),
+                           e4m3_to_float(static_cast<std::uint8_t>(words[e] >> 8)),
+                           e4m3_to_float(static_cast<std::uint8_t>(words[e] >> 16)),
+                           e4m3_to_float(static_cast<std::uint8_t>(words[e] >> 24)));
+    }
+  }
+  const std::int64_t row = b * p.next_n + j;
+  for (int h = threadIdx.x; h < count; h += kThreads) {
+    s.weights[h] = p.weights[row * p.weights_stride_row + h0 + h];
+  }
+}
+
+__device__ __forceinline__ void unpack_halves(const uint4& raw, float (&out)[8]) {
+  const std::uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    __half2 pair;
+    *reinterpret_cast<std::uint32_t*>(&pair) = words[e];
+    const float2 f = __half22float2(pair);
+    out[2 * e] = f.x;
+    out[2 * e + 1] = f.y;
+  }
+}
+
+// Scores the staged page for row j of request b: logits at tile + t for
+// t < min(64, length - tile).
+__device__ void score_page_row(const LogitsProblem& p, const SharedLayout& layout,
+                               const SharedViews& s, std::int64_t b, std::int64_t j,
+                               std::int64_t tile, std::int64_t length) {
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int head_dim = p.head_dim;
+  const __half* key0 = s.keys + lane * layout.key_stride();
+  const __half* key1 = s.keys + (lane + 32) * layout.key_stride();
+  const float scale0 = s.scales[lane];
+  const float scale1 = s.scales[lane + 32];
+  float sum0 = 0.0f, sum1 = 0.0f;  // positions tile + lane, tile + lane + 32
+
+  for (std::int64_t h0 = 0; h0 < p.heads; h0 += layout.head_tile) {
+    const int count = static_cast<int>(p.heads - h0 < layout.head_tile ? p.heads - h0 : layout.head_tile);
+    __syncthreads();  // the previous head tile (or row) is no longer read
+    stage_queries(p, b, j, h0, count, s);
+    __syncthreads();
+    for (int h = warp * kHeadsPerWarpPass; h < count; h += kHeadGranule) {
+      const float* qa = s.q + h * head_dim;
+      const float* qb = qa + head_dim;
+      float dot_a0 = 0.0f, dot_a1 = 0.0f, dot_b0 = 0.0f, dot_b1 = 0.0f;
+      for (int d = 0; d < head_dim; d += 8) {
+        float k0[8], k1[8];
+        unpack_halves(*reinterpret_cast<const uint4*>(key0 + d), k0);
+        unpack_halves(*reinterpret_cast<const uint4*>(key1 + d), k1);
+        const float4 a_lo = *reinterpret_cast<const float4*>(qa + d);
+        const float4 a_hi = *reinterpret_cast<const float4*>(qa + d + 4);
+        const float4 b_lo = *reinterpret_cast<const float4*>(qb + d);
+        const float4 b_hi = *reinterpret_cast<const float4*>(qb + d + 4);
+        const float a[8] = {a_lo.x, a_lo.y, a_lo.z, a_lo.w, a_hi.x, a_hi.y, a_hi.z, a_hi.w};
+        const float c[8] = {b_lo.x, b_lo.y, b_lo.z, b_lo.w, b_hi.x, b_hi.y, b_hi.z, b_hi.w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          dot_a0 = fmaf(a[e], k0[e], dot_a0);
+          dot_a1 = fmaf(a[e], k1[e], dot_a1);
+          dot_b0 = fmaf(c[e], k0[e], dot_b0);
+          dot_b1 = fmaf(c[e], k1[e], dot_b1);
+        }
+      }
+      sum0 = fmaf(s.weights[h], fmaxf(scale0 * dot_a0, 0.0f), sum0);
+      sum1 = fmaf(s.weights[h], fmaxf(scale1 * dot_a1, 0.0f), sum1);
+      if (h + 1 < count) {
+        sum0 = fmaf(s.weights[h + 1], fmaxf(scale0 * dot_b0, 0.0f), sum0);
+        sum1 = fmaf(s.weights[h + 1], fmaxf(scale1 * dot_b1, 0.0f), sum1);
+      }
+    }
+  }
+  s.partial[warp * kPageTokens + lane] = sum0;
+  s.partial[warp * kPageTokens + lane + 32] = sum1;
+  __syncthreads();
+  if (threadIdx.x < kPageTokens) {
+    float total = s.partial[threadIdx.x];
+    for (int w = 1; w < kWarps; ++w) total += s.partial[w * kPageTokens + threadIdx.x];
+    const std::int64_t position = tile + threadIdx.x;
+    if (position < length) store_logit(p, b * p.next_n + j, position, total);
+  }
+}
+
+// One work item: rows [j_begin, j_end) of request b, positions of `chunk`.
+// Every branch depends only on block-uniform values.
+__device__ void score_item(const LogitsProblem& p, const SharedLayout& layout, const SharedViews& s,
+                           std::int64_t b, std::int64_t j_begin, std::int64_t j_end,
+                           std::int64_t chunk, DeviceErrorRecord* record) {
+  std::int64_t span = 0;
+  for (std::int64_t j = j_begin; j < j_end; ++j) {
+    const std::int64_t length = usable_length(p, b, j);
+    span = length > span ? length : span;
+  }
+  const std::int64_t begin = chunk * kChunkTokens;
+  const std::int64_t end = begin + kChunkTokens < span ? begin + kChunkTokens : span;
+  // span <= 64 * max_blocks, so every block-table column read below exists.
+  for (std::int64_t tile = begin; tile < end; tile += kPageTokens) {
+    const std::int64_t column = tile / kPageTokens;
+    const std::int32_t page = p.block_table[b * p.block_table_stride + column];
+    if (page < 0 || page >= p.cache.num_pages) {
+      if (threadIdx.x == 0) report_device_error(record, kPageOutOfRange, b, column, page);
+      for (std::int64_t j = j_begin; j < j_end; ++j) {
+        const std::int64_t length = usable_length(p, b, j);
+        for (std::int64_t pos = tile + threadIdx.x; pos < tile + kPageTokens && pos < length;
+             pos += kThreads) {
+          store_logit(p, b * p.next_n + j, pos, quiet_nan());
+        }
+      }
+      continue;
+    }
+    __syncthreads();  // the previous page is no longer read
+    stage_page(cache_page(p.cache, page), p.head_dim, s, layout.key_stride());
+    __syncthreads();
+    for (std::int64_t j = j_begin; j < j_end; ++j) {
+      const std::int64_t length = usable_length(p, b, j);
+      if (length > tile) score_page_row(p, layout, s, b, j, tile, length);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) generic_logits_kernel(LogitsProblem p, int head_tile,
+                                                                  DeviceErrorRecord* record) {
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  const SharedLayout layout{p.head_dim, head_tile};
+  const SharedViews s = carve_shared(shared_bytes, layout);
+  const std::int64_t units = schedule_units(p.batch, p.next_n, p.path);
+  check_schedule(p, units, record);
+  const bool per_token = p.path == LogitsPath::per_token;
+  for_each_item(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, units, p.lens, p.next_n,
+                p.path, [&](std::int64_t unit, std::int64_t chunk, std::int64_t) {
+                  const std::int64_t b = per_token ? unit / p.next_n : unit;
+                  const std::int64_t j_begin = per_token ? unit % p.next_n : 0;
+                  const std::int64_t j_end = per_token ? j_begin + 1 : p.next_n;
+                  score_item(p, layout, s, b, j_begin, j_end, chunk, record);
+                });
+}
+
+bool aligned16(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer) % 16 == 0; }
+
+}  // namespace
+
+Status launch_logits_row_rules(const LogitsProblem& p, const ExecContext& ctx) {
+  const std::int64_t rows = p.rows();
+  if (rows == 0) return Status::success();
+  logits_rows_kernel<<<grid_for(rows, 1, 1u << 16), kRowThreads, 0, stream_of(ctx)>>>(
+      p, error_record(ctx));
+  DSA_CUDA_CHECK_LAUNCH("logits_rows_kernel");
+  return Status::success();
+}
+
+Status launch_generic_logits(const LogitsProblem& p, const ExecContext& ctx) {
+  const char* op = "paged_mqa_logits";
+  if (p.head_dim <= 0 || p.head_dim % 16 != 0) {
+    return {ErrorCode::unsupported, std::string(op) + ": the generic CUDA kernel needs head_dim % 16 == 0"};
+  }
+  // The kernel reads keys and queries in 16-byte vectors.
+  if (!aligned16(p.cache.base) || p.cache.page_stride % 16 != 0 || !aligned16(p.q) ||
+      p.q_stride_b % 16 != 0 || p.q_stride_n % 16 != 0 || p.q_stride_h % 16 != 0) {
+    return {ErrorCode::bad_alignment,
+            std::string(op) + ": key_cache and q must be 16-byte aligned with strides of multiples of 16 bytes"};
+  }
+  DSA_RETURN_IF_ERROR(launch_logits_row_rules(p, ctx));
+  if (p.num_workers <= 0) return Status::success();
+
+  int shared_limit = 0;
+  DSA_CUDA_CHECK(cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                        p.device.index));
+  const std::size_t fixed = SharedLayout::fixed_bytes(p.head_dim);
+  const std::size_t per_head = SharedLayout::bytes_per_head(p.head_dim);
+  const std::size_t limit = static_cast<std::size_t>(shared_limit);
+  const std::int64_t fitting = limit > fixed ? static_cast<std::int64_t>((limit - fixed) / per_head) : 0;
+  const std::int64_t wanted = (p.heads + kHeadGranule - 1) / kHeadGranule * kHeadGranule;
+  std::int64_t head_tile = fitting / kHeadGranule * kHeadGranule;
+  head_tile = head_tile < wanted ? head_tile : wanted;
+  if (head_tile < kHeadGranule) {
+    return {ErrorCode::unsupported, std::string(op) + ": head_dim " + std::to_string(p.head_dim) +
+                                        " needs more shared memory than this device offers"};
+  }
+  const SharedLayout layout{p.head_dim, static_cast<int>(head_tile)};
+  const std::size_t shared_bytes = layout.total();
+  DSA_CUDA_CHECK(cudaFuncSetAttribute(generic_logits_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      static_cast<int>(shared_bytes)));
+  generic_logits_kernel<<<static_cast<unsigned>(p.num_workers), kThreads, shared_bytes,
+                          stream_of(ctx)>>>(p, layout.head_tile, error_record(ctx));
+  DSA_CUDA_CHECK_LAUNCH("generic_logits_kernel");
+  return Status::success();
+}
+
+}  // namespace dsa::detail::cuda

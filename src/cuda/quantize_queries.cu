@@ -1,0 +1,57 @@
+// quantize_queries on CUDA: one warp quantizes one (row, head) query vector
+// and folds its scale into the head weight.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend.hpp"
+#include "cuda/launch_utils.hpp"
+#include "cuda/quantization.cuh"
+
+namespace dsa::detail::cuda {
+
+namespace {
+
+constexpr int kQuantizeThreads = 256;
+constexpr int kVectorsPerBlock = kQuantizeThreads / kWarpSize;
+
+__global__ void __launch_bounds__(kQuantizeThreads) quantize_queries_kernel(QuantizeQueriesProblem p) {
+  const int lane = threadIdx.x % kWarpSize;
+  const std::int64_t vectors = p.batch * p.next_n * p.heads;
+  const std::size_t q_element = p.q_dtype == DType::bfloat16 ? 2 : 4;
+  for (std::int64_t v = blockIdx.x * std::int64_t{kVectorsPerBlock} + threadIdx.x / kWarpSize;
+       v < vectors; v += std::int64_t{gridDim.x} * kVectorsPerBlock) {
+    const std::int64_t h = v % p.heads;
+    const std::int64_t row = v / p.heads;  // b * next_n + j
+    const std::int64_t b = row / p.next_n;
+    const std::int64_t j = row % p.next_n;
+    const void* q = static_cast<const unsigned char*>(p.q) +
+                    (b * p.q_stride_b + j * p.q_stride_n + h * p.q_stride_h) * q_element;
+    const float scale = warp_vector_scale(q, p.q_dtype, p.head_dim, p.power_of_two_scales, lane);
+    warp_quantize_vector(q, p.q_dtype, p.head_dim, scale,
+                         p.q_fp8 + b * p.q_fp8_stride_b + j * p.q_fp8_stride_n + h * p.q_fp8_stride_h,
+                         lane);
+    if (lane == 0) {
+      const float gate =
+          load_float_or_bf16(p.gate, p.gate_dtype, row * p.gate_stride_row + h * p.gate_stride_h);
+      p.weights[row * p.weights_stride_row + h] = gate * scale * p.weight_scale;
+    }
+  }
+}
+
+}  // namespace
+
+Status quantize_queries(const QuantizeQueriesProblem& p, const ExecContext& ctx) {
+  DeviceGuard guard;
+  DSA_RETURN_IF_ERROR(guard.enter(p.device.index));
+  DSA_RETURN_IF_ERROR(clear_device_error(ctx));
+  const std::int64_t vectors = p.batch * p.next_n * p.heads;
+  if (vectors > 0) {
+    quantize_queries_kernel<<<grid_for(vectors, kVectorsPerBlock), kQuantizeThreads, 0,
+                              stream_of(ctx)>>>(p);
+    DSA_CUDA_CHECK_LAUNCH("quantize_queries_kernel");
+  }
+  return Status::success();
+}
+
+}  // namespace dsa::detail::cuda

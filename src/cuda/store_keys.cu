@@ -1,0 +1,58 @@
+// store_index_keys on CUDA: one warp quantizes one token into its cache slot.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend.hpp"
+#include "cache_format.hpp"
+#include "cuda/device_error.cuh"
+#include "cuda/launch_utils.hpp"
+#include "cuda/quantization.cuh"
+
+namespace dsa::detail::cuda {
+
+namespace {
+
+constexpr int kStoreThreads = 256;
+constexpr int kTokensPerBlock = kStoreThreads / kWarpSize;
+
+__global__ void __launch_bounds__(kStoreThreads) store_keys_kernel(StoreKeysProblem p,
+                                                                   DeviceErrorRecord* record) {
+  const int lane = threadIdx.x % kWarpSize;
+  const std::int64_t num_slots = p.cache.num_pages * kPageTokens;
+  for (std::int64_t token = blockIdx.x * std::int64_t{kTokensPerBlock} + threadIdx.x / kWarpSize;
+       token < p.num_tokens; token += std::int64_t{gridDim.x} * kTokensPerBlock) {
+    const std::int64_t slot =
+        p.slots_dtype == DType::int32
+            ? std::int64_t{static_cast<const std::int32_t*>(p.slots)[token * p.slots_stride]}
+            : static_cast<const std::int64_t*>(p.slots)[token * p.slots_stride];
+    if (slot < 0) continue;  // padding token
+    if (slot >= num_slots) {
+      if (lane == 0) report_device_error(record, kSlotOutOfRange, token, slot, num_slots);
+      continue;
+    }
+    const std::size_t element = p.keys_dtype == DType::bfloat16 ? 2 : 4;
+    const void* key = static_cast<const unsigned char*>(p.keys) + token * p.keys_stride * element;
+    const float scale = warp_vector_scale(key, p.keys_dtype, p.head_dim, p.power_of_two_scales, lane);
+    std::uint8_t* page = cache_page(p.cache, slot / kPageTokens);
+    const int row = static_cast<int>(slot % kPageTokens);
+    warp_quantize_vector(key, p.keys_dtype, p.head_dim, scale, page_keys(page, p.head_dim, row), lane);
+    if (lane == 0) page_scales(page, p.head_dim)[row] = scale;
+  }
+}
+
+}  // namespace
+
+Status store_index_keys(const StoreKeysProblem& p, const ExecContext& ctx) {
+  DeviceGuard guard;
+  DSA_RETURN_IF_ERROR(guard.enter(p.device.index));
+  DSA_RETURN_IF_ERROR(clear_device_error(ctx));
+  if (p.num_tokens > 0) {
+    store_keys_kernel<<<grid_for(p.num_tokens, kTokensPerBlock), kStoreThreads, 0, stream_of(ctx)>>>(
+        p, error_record(ctx));
+    DSA_CUDA_CHECK_LAUNCH("store_keys_kernel");
+  }
+  return Status::success();
+}
+
+}  // namespace dsa::detail::cuda

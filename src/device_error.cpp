@@ -1,0 +1,50 @@
+#include "device_error.hpp"
+
+#include <string>
+
+namespace dsa::detail {
+
+Status decode_device_error(const DeviceErrorRecord& record, const char* operation) {
+  const std::string op = std::string(operation) + ": ";
+  const auto arg = [&](int i) { return std::to_string(record.args[i]); };
+  switch (record.code) {
+    case kNoDeviceError:
+      return Status::success();
+    case kLengthBeyondMaxContext:
+      return {ErrorCode::length_out_of_range,
+              op + "context_lens: row " + arg(0) + " has length " + arg(1) +
+                  ", beyond max_context_len " + arg(2)};
+    case kLengthBeyondBlockTable:
+      return {ErrorCode::length_out_of_range,
+              op + "block_table: row " + arg(0) + " has length " + arg(1) +
+                  ", which needs more pages than the " + arg(2) + " block_table columns"};
+    case kPageOutOfRange:
+      return {ErrorCode::page_out_of_range,
+              op + "block_table: entry [" + arg(0) + ", " + arg(1) + "] = " + arg(2) +
+                  " is needed but is not a page index in [0, num_pages)"};
+    case kSlotOutOfRange:
+      return {ErrorCode::page_out_of_range,
+              op + "slot_mapping: token " + arg(0) + " maps to slot " + arg(1) +
+                  ", beyond the cache's " + arg(2) + " slots"};
+    case kNegativeLength:
+      return {ErrorCode::invalid_argument,
+              op + "lengths: entry " + arg(0) + " is negative (" + arg(1) + ")"};
+    case kScheduleMismatch:
+      return {ErrorCode::schedule_mismatch,
+              op + "schedule: worker " + arg(0) + " starts at (unit " + arg(1) + ", chunk " +
+                  arg(2) + "), which does not fit these lengths, batch or path"};
+    case kLengthBeyondLogits:
+      return {ErrorCode::length_out_of_range,
+              op + "lengths: row " + arg(0) + " has length " + arg(1) + ", beyond the " +
+                  arg(2) + " logits columns"};
+    case kTopkLengthBeyondContext:
+      return {ErrorCode::length_out_of_range,
+              op + "topk_lens: row " + arg(0) + " has top-k length " + arg(1) +
+                  ", beyond its context length " + arg(2)};
+    default:
+      return {ErrorCode::internal,
+              op + "unknown device error record code " + std::to_string(record.code)};
+  }
+}
+
+}  // namespace dsa::detail

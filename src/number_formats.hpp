@@ -1,0 +1,90 @@
+// Bit-exact conversions between float32 and the narrow formats the library
+// stores (fp8 e4m3fn, bfloat16), shared by the CPU and CUDA backends so that
+// both quantize identically. Rounding is to nearest, ties to even.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "hostdevice.hpp"
+
+namespace dsa::detail {
+
+DSA_HD std::uint32_t float_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+#endif
+}
+
+DSA_HD float bits_float(std::uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+#endif
+}
+
+// e4m3fn: 1 sign, 4 exponent (bias 7), 3 mantissa bits; no infinities;
+// 0x7F / 0xFF are NaN; the largest finite magnitude is 448 (0x7E).
+DSA_HD float e4m3_to_float(std::uint8_t v) {
+  const float sign = (v & 0x80) ? -1.0f : 1.0f;
+  const int exponent = (v >> 3) & 0xF;
+  const int mantissa = v & 0x7;
+  if (exponent == 0xF && mantissa == 0x7) return bits_float(0x7FC00000u);
+  if (exponent == 0) return sign * static_cast<float>(mantissa) * 0x1p-9f;
+  return sign * (1.0f + static_cast<float>(mantissa) * 0.125f) * ldexpf(1.0f, exponent - 7);
+}
+
+// Saturating conversion: magnitudes >= 448 become 448, NaN stays NaN.
+DSA_HD std::uint8_t float_to_e4m3(float x) {
+  const std::uint8_t sign = static_cast<std::uint8_t>((float_bits(x) >> 24) & 0x80u);
+  if (x != x) return static_cast<std::uint8_t>(sign | 0x7F);
+  const float a = fabsf(x);
+  if (a >= 448.0f) return static_cast<std::uint8_t>(sign | 0x7E);
+  if (a < 0x1p-6f) {
+    // Subnormal range: multiples of 2^-9; rounding up to 8 gives the smallest
+    // normal, whose encoding is exactly 8.
+    const int m = static_cast<int>(rintf(a * 512.0f));
+    return static_cast<std::uint8_t>(sign | m);
+  }
+  int e;
+  const float fraction = frexpf(a, &e);  // a = fraction * 2^e, fraction in [0.5, 1)
+  e -= 1;                                // a = (2 * fraction) * 2^e, 2 * fraction in [1, 2)
+  int m = static_cast<int>(rintf((fraction * 2.0f - 1.0f) * 8.0f));
+  if (m == 8) {
+    m = 0;
+    e += 1;
+  }
+  return static_cast<std::uint8_t>(sign | ((e + 7) << 3) | m);
+}
+
+DSA_HD float bf16_to_float(std::uint16_t v) { return bits_float(static_cast<std::uint32_t>(v) << 16); }
+
+DSA_HD std::uint16_t float_to_bf16(float x) {
+  const std::uint32_t u = float_bits(x);
+  if (x != x) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
+  const std::uint32_t rounding = 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>((u + rounding) >> 16);
+}
+
+// The per-token (keys) or per-(row, head) (queries) quantization scale:
+// max(amax, 1e-4) / 448, optionally rounded up to a power of two.
+DSA_HD float quantization_scale(float amax, bool power_of_two) {
+  const float clamped = amax > 1e-4f ? amax : 1e-4f;
+  float scale = clamped / 448.0f;
+  if (power_of_two) {
+    int e;
+    const float fraction = frexpf(scale, &e);  // scale = fraction * 2^e
+    scale = fraction == 0.5f ? scale : ldexpf(1.0f, e);
+  }
+  return scale;
+}
+
+}  // namespace dsa::detail

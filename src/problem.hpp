@@ -1,0 +1,140 @@
+// Validated, normalized descriptions of each operation: what validation
+// produces from the public TensorViews and what every backend consumes.
+// Strides here are in elements of the named type; all pointers are on
+// `device`. Nothing in this file depends on CUDA.
+#pragma once
+
+#include <cstdint>
+
+#include "dsa/context.hpp"
+#include "dsa/schedule.hpp"
+#include "dsa/tensor.hpp"
+
+namespace dsa::detail {
+
+// The paged key cache; byte-level access lives in cache_format.hpp.
+struct CacheRef {
+  std::uint8_t* base = nullptr;
+  std::int64_t page_stride = 0;  // bytes, multiple of 16
+  std::int64_t num_pages = 0;
+  int head_dim = 0;
+};
+
+struct StoreKeysProblem {
+  Device device;
+  std::int64_t num_tokens = 0;
+  int head_dim = 0;
+  const void* keys = nullptr;  // [N, D]
+  DType keys_dtype = DType::float32;  // float32 or bfloat16
+  std::int64_t keys_stride = 0;       // between tokens
+  const void* slots = nullptr;        // [N]
+  DType slots_dtype = DType::int64;   // int32 or int64
+  std::int64_t slots_stride = 0;
+  CacheRef cache;
+  bool power_of_two_scales = false;
+};
+
+struct QuantizeQueriesProblem {
+  Device device;
+  std::int64_t batch = 0, next_n = 0, heads = 0;
+  int head_dim = 0;
+  const void* q = nullptr;  // [B, next_n, H, D]
+  DType q_dtype = DType::float32;  // float32 or bfloat16
+  std::int64_t q_stride_b = 0, q_stride_n = 0, q_stride_h = 0;
+  const void* gate = nullptr;  // [B * next_n, H]
+  DType gate_dtype = DType::float32;
+  std::int64_t gate_stride_row = 0, gate_stride_h = 0;
+  std::uint8_t* q_fp8 = nullptr;  // [B, next_n, H, D]
+  std::int64_t q_fp8_stride_b = 0, q_fp8_stride_n = 0, q_fp8_stride_h = 0;
+  float* weights = nullptr;  // [B * next_n, H]
+  std::int64_t weights_stride_row = 0;
+  bool power_of_two_scales = false;
+  float weight_scale = 1.0f;  // resolved (never 0)
+};
+
+enum class LengthConvention { causal, expanded, legacy };
+
+struct LengthsProblem {
+  Device device;
+  LengthConvention convention = LengthConvention::causal;
+  std::int64_t batch = 0;
+  int next_n = 1;
+  const std::int32_t* input = nullptr;  // [B]
+  std::int64_t input_stride = 0;
+  std::int32_t* out = nullptr;  // [B, next_n]
+  std::int64_t out_stride_b = 0, out_stride_n = 0;
+};
+
+// 2-D context lengths [B, next_n].
+struct LengthsRef {
+  const std::int32_t* data = nullptr;
+  std::int64_t stride_b = 0, stride_n = 0;
+};
+
+struct ScheduleProblem {
+  Device device;
+  std::int64_t batch = 0;
+  int next_n = 1;
+  LengthsRef lens;
+  int num_workers = 1;
+  LogitsPath path = LogitsPath::native;  // resolved: native or per_token
+  std::int32_t* schedule = nullptr;      // [num_workers + 1, 2], row stride 2
+};
+
+struct LogitsProblem {
+  Device device;
+  std::int64_t batch = 0, next_n = 1, heads = 0;
+  int head_dim = 0;
+  const std::uint8_t* q = nullptr;  // fp8 [B, next_n, H, D]
+  std::int64_t q_stride_b = 0, q_stride_n = 0, q_stride_h = 0;
+  CacheRef cache;
+  const float* weights = nullptr;  // [B * next_n, H]
+  std::int64_t weights_stride_row = 0;
+  LengthsRef lens;
+  const std::int32_t* block_table = nullptr;  // [B, max_blocks]
+  std::int64_t block_table_stride = 0, max_blocks = 0;
+  const std::int32_t* schedule = nullptr;  // [num_workers + 1, 2], row stride 2
+  int num_workers = 0;
+  LogitsPath path = LogitsPath::native;  // resolved: native or per_token
+  std::int64_t max_context_len = 0;
+  void* logits = nullptr;  // [B * next_n, >= max_context_len]
+  DType logits_dtype = DType::float32;  // float32 or bfloat16
+  std::int64_t logits_stride = 0;
+  bool clean_logits = false;
+
+  std::int64_t rows() const { return batch * next_n; }
+};
+
+struct TopkProblem {
+  Device device;
+  std::int64_t rows = 0, cols = 0;
+  const void* logits = nullptr;  // [T, cols]
+  DType logits_dtype = DType::float32;  // float32 or bfloat16
+  std::int64_t logits_stride = 0;
+  const std::int32_t* lengths = nullptr;  // [T]
+  std::int64_t lengths_stride = 0;
+  int k = 0;
+  std::int32_t* indices = nullptr;  // [T, >= k]
+  std::int64_t indices_stride = 0;
+  bool sorted = false;
+  // Physical-slot transform; block_table == nullptr means none.
+  const std::int32_t* block_table = nullptr;
+  std::int64_t block_table_stride = 0, max_blocks = 0;
+  int rows_per_request = 1;
+};
+
+struct IndexTopkProblem {
+  // Scoring inputs. With fused == false on CUDA, logits/logits_stride point at
+  // the staging buffer carved from the workspace; the CPU stages on its own.
+  LogitsProblem logits;
+  bool fused = true;
+  const std::int32_t* topk_lens = nullptr;  // [B * next_n]; nullptr: from lens
+  std::int64_t topk_lens_stride = 0;
+  int k = 0;
+  std::int32_t* indices = nullptr;
+  std::int64_t indices_stride = 0;
+  bool sorted = false;
+  bool physical_slots = false;
+};
+
+}  // namespace dsa::detail

@@ -1,0 +1,676 @@
+#include "validate.hpp"
+
+#include <cmath>
+#include <initializer_list>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "cache_format.hpp"
+#include "schedule_walk.hpp"
+
+namespace dsa::detail {
+namespace {
+
+constexpr std::int64_t kInt32Max = std::numeric_limits<std::int32_t>::max();
+constexpr int kMaxHeadDim = 256;
+constexpr int kHeadDimMultiple = 16;
+constexpr std::int64_t kQueryRowAlignment = 16;  // bytes
+constexpr std::int64_t kCacheAlignment = 16;     // bytes
+
+std::string str(std::int64_t value) { return std::to_string(value); }
+
+Status fail(ErrorCode code, const char* op, const char* arg, const std::string& rule) {
+  return {code, std::string(op) + ": " + arg + ": " + rule};
+}
+
+std::string dtype_list(std::initializer_list<DType> dtypes) {
+  std::string names;
+  for (DType dtype : dtypes) names += (names.empty() ? "" : " or ") + std::string(dtype_name(dtype));
+  return names;
+}
+
+std::string device_name(Device device) {
+  return (device.type == DeviceType::cuda ? "cuda:" : "cpu:") + std::to_string(device.index);
+}
+
+bool aligned(const void* pointer, std::int64_t alignment) {
+  return reinterpret_cast<std::uintptr_t>(pointer) % static_cast<std::uintptr_t>(alignment) == 0;
+}
+
+// Presence, rank, dtype, non-negative extents and strides of a required tensor.
+Status check_tensor(const char* op, const char* arg, const TensorView& view, int rank,
+                    std::initializer_list<DType> dtypes) {
+  if (view.empty()) return fail(ErrorCode::null_pointer, op, arg, "required tensor is missing (empty view)");
+  if (view.ndim != rank) {
+    return fail(ErrorCode::bad_shape, op, arg,
+                "expected rank " + str(rank) + ", got " + view.describe());
+  }
+  bool dtype_ok = false;
+  for (DType dtype : dtypes) dtype_ok = dtype_ok || view.dtype == dtype;
+  if (!dtype_ok) {
+    return fail(ErrorCode::bad_dtype, op, arg,
+                "expected " + dtype_list(dtypes) + ", got " + dtype_name(view.dtype));
+  }
+  for (int d = 0; d < rank; ++d) {
+    if (view.size(d) < 0) {
+      return fail(ErrorCode::bad_shape, op, arg,
+                  "dimension " + str(d) + " has negative extent in " + view.describe());
+    }
+    if (view.stride(d) < 0) {
+      return fail(ErrorCode::bad_stride, op, arg,
+                  "negative strides are not accepted, got " + view.describe());
+    }
+  }
+  if (view.data == nullptr && view.numel() > 0) {
+    return fail(ErrorCode::null_pointer, op, arg,
+                "data pointer is null but the tensor has " + str(view.numel()) + " elements");
+  }
+  return Status::success();
+}
+
+Status expect_extent(const char* op, const char* arg, const TensorView& view, int dim,
+                     std::int64_t expected, const std::string& meaning) {
+  if (view.size(dim) != expected) {
+    return fail(ErrorCode::bad_shape, op, arg,
+                "dimension " + str(dim) + " must be " + meaning + " = " + str(expected) + ", got " +
+                    view.describe());
+  }
+  return Status::success();
+}
+
+Status expect_inner_contiguous(const char* op, const char* arg, const TensorView& view) {
+  const int inner = view.ndim - 1;
+  if (view.size(inner) > 1 && view.stride(inner) != 1) {
+    return fail(ErrorCode::bad_stride, op, arg,
+                "inner dimension must be contiguous (stride 1), got " + view.describe());
+  }
+  return Status::success();
+}
+
+Status expect_head_dim(const char* op, const char* arg, std::int64_t head_dim) {
+  if (head_dim <= 0 || head_dim % kHeadDimMultiple != 0 || head_dim > kMaxHeadDim) {
+    return fail(ErrorCode::bad_shape, op, arg,
+                "head dim must be a positive multiple of " + str(kHeadDimMultiple) + " and at most " +
+                    str(kMaxHeadDim) + ", got " + str(head_dim));
+  }
+  return Status::success();
+}
+
+Status expect_next_n(const char* op, const char* arg, const TensorView& view) {
+  if (view.size(1) < 1) {
+    return fail(ErrorCode::bad_shape, op, arg,
+                "dimension 1 (next_n) must be >= 1, got " + view.describe());
+  }
+  return Status::success();
+}
+
+Status expect_k(const char* op, int k) {
+  if (k < 1 || k > kMaxTopk) {
+    return fail(ErrorCode::k_out_of_range, op, "k",
+                "must be in 1.." + str(kMaxTopk) + ", got " + str(k));
+  }
+  return Status::success();
+}
+
+Status expect_indices(const char* op, const TensorView& indices, std::int64_t rows, int k,
+                      const std::string& rows_meaning) {
+  DSA_RETURN_IF_ERROR(check_tensor(op, "indices", indices, 2, {DType::int32}));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "indices", indices, 0, rows, rows_meaning));
+  if (indices.size(1) < k) {
+    return fail(ErrorCode::k_out_of_range, op, "indices",
+                "has " + str(indices.size(1)) + " columns, fewer than k = " + str(k));
+  }
+  return expect_inner_contiguous(op, "indices", indices);
+}
+
+using NamedView = std::pair<const char*, const TensorView*>;
+
+// Every non-empty tensor must live on the first one's device.
+Status expect_one_device(const char* op, std::initializer_list<NamedView> views) {
+  const NamedView* first = nullptr;
+  for (const NamedView& named : views) {
+    if (named.second->empty()) continue;
+    if (first == nullptr) {
+      first = &named;
+    } else if (!(named.second->device == first->second->device)) {
+      return fail(ErrorCode::bad_device, op, named.first,
+                  "is on " + device_name(named.second->device) + " but " + first->first + " is on " +
+                      device_name(first->second->device));
+    }
+  }
+  return Status::success();
+}
+
+// A tensor added to an already validated problem must share q's device.
+Status expect_device(const char* op, const char* arg, const TensorView& view, Device device) {
+  if (!view.empty() && !(view.device == device)) {
+    return fail(ErrorCode::bad_device, op, arg,
+                "is on " + device_name(view.device) + " but q is on " + device_name(device));
+  }
+  return Status::success();
+}
+
+// The 2-D [num_pages, bytes_per_page] or 4-D DeepGEMM [num_pages, 64, 1, D + 4] cache view.
+Status parse_cache(const char* op, const char* arg, const TensorView& cache, int head_dim,
+                   const char* head_dim_source, CacheRef* out) {
+  if (cache.empty()) return fail(ErrorCode::null_pointer, op, arg, "required tensor is missing (empty view)");
+  if (cache.ndim != 2 && cache.ndim != 4) {
+    return fail(ErrorCode::bad_shape, op, arg,
+                "expected rank 2 [num_pages, bytes_per_page] or rank 4 [num_pages, 64, 1, D + 4], got " +
+                    cache.describe());
+  }
+  DSA_RETURN_IF_ERROR(check_tensor(op, arg, cache, cache.ndim, {DType::uint8}));
+  const KeyCacheLayout layout{head_dim};
+  const std::int64_t min_page_bytes = layout.min_page_bytes();
+  std::int64_t page_bytes = cache.size(1);
+  if (cache.ndim == 4) {
+    const std::int64_t row_bytes = std::int64_t{head_dim} + 4;
+    if (cache.size(1) != kPageTokens || cache.size(2) != 1 || cache.size(3) != row_bytes) {
+      return fail(ErrorCode::bad_shape, op, arg,
+                  "4-D cache must be [num_pages, 64, 1, D + 4] = [num_pages, 64, 1, " + str(row_bytes) +
+                      "] for head dim " + str(head_dim) + " (from " + head_dim_source + "), got " +
+                      cache.describe());
+    }
+    if (cache.stride(3) != 1 || cache.stride(1) != row_bytes) {
+      return fail(ErrorCode::bad_stride, op, arg,
+                  "4-D cache strides must be [page_stride, D + 4, D + 4, 1], got " + cache.describe());
+    }
+    page_bytes = min_page_bytes;
+  } else {
+    if (page_bytes < min_page_bytes) {
+      return fail(ErrorCode::bad_shape, op, arg,
+                  "pages of " + str(page_bytes) + " bytes are smaller than 64 * (D + 4) = " +
+                      str(min_page_bytes) + " for head dim " + str(head_dim) + " (from " +
+                      head_dim_source + ")");
+    }
+    DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, arg, cache));
+  }
+  const std::int64_t num_pages = cache.size(0);
+  const std::int64_t page_stride = cache.stride(0);
+  if (num_pages > 1 && page_stride < page_bytes) {
+    return fail(ErrorCode::bad_stride, op, arg,
+                "page stride " + str(page_stride) + " is smaller than the " + str(page_bytes) +
+                    " bytes of a page (pages would overlap)");
+  }
+  if (page_stride % kCacheAlignment != 0) {
+    return fail(ErrorCode::bad_alignment, op, arg,
+                "page stride " + str(page_stride) + " bytes is not a multiple of " + str(kCacheAlignment));
+  }
+  if (!aligned(cache.data, kCacheAlignment)) {
+    return fail(ErrorCode::bad_alignment, op, arg,
+                "base pointer is not " + str(kCacheAlignment) + "-byte aligned");
+  }
+  if (num_pages > kInt32Max / kPageTokens) {
+    return fail(ErrorCode::bad_shape, op, arg,
+                str(num_pages) + " pages exceed the int32 slot range (at most " +
+                    str(kInt32Max / kPageTokens) + ")");
+  }
+  *out = CacheRef{static_cast<std::uint8_t*>(cache.data), page_stride, num_pages, head_dim};
+  return Status::success();
+}
+
+LengthsRef lengths_ref(const TensorView& lens) {
+  return LengthsRef{lens.ptr<const std::int32_t>(), lens.stride(0), lens.stride(1)};
+}
+
+const char* length_input_name(LengthConvention convention) {
+  return convention == LengthConvention::legacy ? "lens" : "prefix_lens";
+}
+
+// Schedule rows: [0] == (0, 0), [W] == (units, 256), rows 0..W-1 monotone within [0, units].
+Status check_schedule(const char* op, const LogitsProblem& p) {
+  const std::int64_t units = schedule_units(p.batch, p.next_n, p.path);
+  const WorkItem sentinel = schedule_entry(p.schedule, p.num_workers);
+  const char* path = p.path == LogitsPath::per_token ? "per_token" : "native";
+  if (sentinel.unit != units || sentinel.chunk != kChunkTokens) {
+    return fail(ErrorCode::schedule_mismatch, op, "schedule",
+                "last row is (" + str(sentinel.unit) + ", " + str(sentinel.chunk) + ") but the " + path +
+                    " path for this batch needs (" + str(units) + ", " + str(kChunkTokens) +
+                    "): planned for another batch, path or chunk size");
+  }
+  WorkItem previous{0, 0};
+  for (int w = 0; w < p.num_workers; ++w) {
+    const WorkItem start = schedule_entry(p.schedule, w);
+    if (w == 0 && (start.unit != 0 || start.chunk != 0)) {
+      return fail(ErrorCode::schedule_mismatch, op, "schedule",
+                  "row 0 must be (0, 0), got (" + str(start.unit) + ", " + str(start.chunk) + ")");
+    }
+    if (start.unit < 0 || start.unit > units || start.chunk < 0 || item_before(start, previous)) {
+      return fail(ErrorCode::schedule_mismatch, op, "schedule",
+                  "row " + str(w) + " = (" + str(start.unit) + ", " + str(start.chunk) +
+                      ") is outside [0, " + str(units) + "] units or not monotone");
+    }
+    previous = start;
+  }
+  return Status::success();
+}
+
+std::int64_t pages_for(std::int64_t length) { return (length + kPageTokens - 1) / kPageTokens; }
+
+}  // namespace
+
+Status validate_store_keys(const TensorView& keys, const TensorView& slot_mapping,
+                           const TensorView& cache, const StoreKeysOptions& options,
+                           StoreKeysProblem* problem) {
+  const char* op = "store_index_keys";
+  DSA_RETURN_IF_ERROR(check_tensor(op, "keys", keys, 2, {DType::bfloat16, DType::float32}));
+  DSA_RETURN_IF_ERROR(expect_head_dim(op, "keys", keys.size(1)));
+  DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "keys", keys));
+  DSA_RETURN_IF_ERROR(check_tensor(op, "slot_mapping", slot_mapping, 1, {DType::int32, DType::int64}));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "slot_mapping", slot_mapping, 0, keys.size(0), "the number of keys"));
+  const int head_dim = static_cast<int>(keys.size(1));
+  StoreKeysProblem p;
+  DSA_RETURN_IF_ERROR(parse_cache(op, "cache", cache, head_dim, "keys", &p.cache));
+  DSA_RETURN_IF_ERROR(expect_one_device(op, {{"keys", &keys}, {"slot_mapping", &slot_mapping}, {"cache", &cache}}));
+  p.device = keys.device;
+  p.num_tokens = keys.size(0);
+  p.head_dim = head_dim;
+  p.keys = keys.data;
+  p.keys_dtype = keys.dtype;
+  p.keys_stride = keys.stride(0);
+  p.slots = slot_mapping.data;
+  p.slots_dtype = slot_mapping.dtype;
+  p.slots_stride = slot_mapping.stride(0);
+  p.power_of_two_scales = options.power_of_two_scales;
+  *problem = p;
+  return Status::success();
+}
+
+Status validate_quantize_queries(const TensorView& q, const TensorView& head_gate,
+                                 const TensorView& q_fp8, const TensorView& weights,
+                                 const QuantizeQueriesOptions& options,
+                                 QuantizeQueriesProblem* problem) {
+  const char* op = "quantize_queries";
+  DSA_RETURN_IF_ERROR(check_tensor(op, "q", q, 4, {DType::bfloat16, DType::float32}));
+  DSA_RETURN_IF_ERROR(expect_next_n(op, "q", q));
+  DSA_RETURN_IF_ERROR(expect_head_dim(op, "q", q.size(3)));
+  DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "q", q));
+  const std::int64_t batch = q.size(0), next_n = q.size(1), heads = q.size(2);
+  const std::int64_t rows = batch * next_n;
+  DSA_RETURN_IF_ERROR(check_tensor(op, "head_gate", head_gate, 2, {DType::bfloat16, DType::float32}));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "head_gate", head_gate, 0, rows, "B * next_n"));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "head_gate", head_gate, 1, heads, "the head count of q"));
+  DSA_RETURN_IF_ERROR(check_tensor(op, "q_fp8", q_fp8, 4, {DType::float8_e4m3}));
+  for (int d = 0; d < 4; ++d) {
+    DSA_RETURN_IF_ERROR(expect_extent(op, "q_fp8", q_fp8, d, q.size(d), "the matching extent of q"));
+  }
+  DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "q_fp8", q_fp8));
+  DSA_RETURN_IF_ERROR(check_tensor(op, "weights", weights, 2, {DType::float32}));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "weights", weights, 0, rows, "B * next_n"));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "weights", weights, 1, heads, "the head count of q"));
+  DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "weights", weights));
+  if (!std::isfinite(options.weight_scale)) {
+    return fail(ErrorCode::invalid_argument, op, "options.weight_scale", "must be finite");
+  }
+  DSA_RETURN_IF_ERROR(expect_one_device(
+      op, {{"q", &q}, {"head_gate", &head_gate}, {"q_fp8", &q_fp8}, {"weights", &weights}}));
+  QuantizeQueriesProblem p;
+  p.device = q.device;
+  p.batch = batch;
+  p.next_n = next_n;
+  p.heads = heads;
+  p.head_dim = static_cast<int>(q.size(3));
+  p.q = q.data;
+  p.q_dtype = q.dtype;
+  p.q_stride_b = q.stride(0);
+  p.q_stride_n = q.stride(1);
+  p.q_stride_h = q.stride(2);
+  p.gate = head_gate.data;
+  p.gate_dtype = head_gate.dtype;
+  p.gate_stride_row = head_gate.stride(0);
+  p.gate_stride_h = head_gate.stride(1);
+  p.q_fp8 = static_cast<std::uint8_t*>(q_fp8.data);
+  p.q_fp8_stride_b = q_fp8.stride(0);
+  p.q_fp8_stride_n = q_fp8.stride(1);
+  p.q_fp8_stride_h = q_fp8.stride(2);
+  p.weights = weights.ptr<float>();
+  p.weights_stride_row = weights.stride(0);
+  p.power_of_two_scales = options.power_of_two_scales;
+  // The model's default softmax-style scaling H^-0.5 * D^-0.5, resolved once here so
+  // every backend folds in the same float.
+  p.weight_scale = options.weight_scale != 0.0f
+                       ? options.weight_scale
+                       : 1.0f / std::sqrt(static_cast<float>(heads)) /
+                             std::sqrt(static_cast<float>(p.head_dim));
+  *problem = p;
+  return Status::success();
+}
+
+Status validate_context_lens(const char* op, LengthConvention convention, const TensorView& input,
+                             int next_n, const TensorView& out, LengthsProblem* problem) {
+  if (next_n < 1) return fail(ErrorCode::invalid_argument, op, "next_n", "must be >= 1, got " + str(next_n));
+  const char* input_name = length_input_name(convention);
+  DSA_RETURN_IF_ERROR(check_tensor(op, input_name, input, 1, {DType::int32}));
+  DSA_RETURN_IF_ERROR(check_tensor(op, "out", out, 2, {DType::int32}));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "out", out, 0, input.size(0), std::string("the length of ") + input_name));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "out", out, 1, next_n, "next_n"));
+  DSA_RETURN_IF_ERROR(expect_one_device(op, {{input_name, &input}, {"out", &out}}));
+  LengthsProblem p;
+  p.device = input.device;
+  p.convention = convention;
+  p.batch = input.size(0);
+  p.next_n = next_n;
+  p.input = input.ptr<const std::int32_t>();
+  p.input_stride = input.stride(0);
+  p.out = out.ptr<std::int32_t>();
+  p.out_stride_b = out.stride(0);
+  p.out_stride_n = out.stride(1);
+  *problem = p;
+  return Status::success();
+}
+
+Status validate_plan_schedule(const TensorView& context_lens, int num_workers, LogitsPath path,
+                              const TensorView& schedule, ScheduleProblem* problem) {
+  const char* op = "plan_schedule";
+  DSA_RETURN_IF_ERROR(check_tensor(op, "context_lens", context_lens, 2, {DType::int32}));
+  DSA_RETURN_IF_ERROR(expect_next_n(op, "context_lens", context_lens));
+  if (num_workers < 1) {
+    return fail(ErrorCode::invalid_argument, op, "num_workers", "must be >= 1, got " + str(num_workers));
+  }
+  DSA_RETURN_IF_ERROR(check_tensor(op, "schedule", schedule, 2, {DType::int32}));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "schedule", schedule, 0, std::int64_t{num_workers} + 1, "num_workers + 1"));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "schedule", schedule, 1, 2, "(unit, chunk)"));
+  if (!schedule.is_contiguous()) {
+    return fail(ErrorCode::bad_stride, op, "schedule", "must be contiguous, got " + schedule.describe());
+  }
+  if (context_lens.size(0) * context_lens.size(1) > kInt32Max) {
+    return fail(ErrorCode::bad_shape, op, "context_lens", "B * next_n exceeds the int32 range");
+  }
+  DSA_RETURN_IF_ERROR(expect_one_device(op, {{"context_lens", &context_lens}, {"schedule", &schedule}}));
+  ScheduleProblem p;
+  p.device = context_lens.device;
+  p.batch = context_lens.size(0);
+  p.next_n = static_cast<int>(context_lens.size(1));
+  p.lens = lengths_ref(context_lens);
+  p.num_workers = num_workers;
+  p.path = path;
+  p.schedule = schedule.ptr<std::int32_t>();
+  *problem = p;
+  return Status::success();
+}
+
+Status validate_scoring_inputs(const char* op, const ScoringInputs& in, LogitsProblem* problem) {
+  const TensorView& q = in.q;
+  DSA_RETURN_IF_ERROR(check_tensor(op, "q", q, 4, {DType::float8_e4m3}));
+  DSA_RETURN_IF_ERROR(expect_next_n(op, "q", q));
+  if (q.size(2) < 1) return fail(ErrorCode::bad_shape, op, "q", "dimension 2 (heads) must be >= 1, got " + q.describe());
+  DSA_RETURN_IF_ERROR(expect_head_dim(op, "q", q.size(3)));
+  DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "q", q));
+  for (int d = 0; d < 3; ++d) {
+    if (q.stride(d) % kQueryRowAlignment != 0) {
+      return fail(ErrorCode::bad_alignment, op, "q",
+                  "strides of dimensions 0..2 must be multiples of 16 bytes, got " + q.describe());
+    }
+  }
+  if (!aligned(q.data, kQueryRowAlignment)) {
+    return fail(ErrorCode::bad_alignment, op, "q", "data pointer is not 16-byte aligned");
+  }
+  const std::int64_t batch = q.size(0), next_n = q.size(1), heads = q.size(2);
+  const std::int64_t rows = batch * next_n;
+  const int head_dim = static_cast<int>(q.size(3));
+  if (rows > kInt32Max) return fail(ErrorCode::bad_shape, op, "q", "B * next_n exceeds the int32 range");
+
+  LogitsProblem p;
+  DSA_RETURN_IF_ERROR(parse_cache(op, "key_cache", in.key_cache, head_dim, "q", &p.cache));
+
+  DSA_RETURN_IF_ERROR(check_tensor(op, "weights", in.weights, 2, {DType::float32}));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "weights", in.weights, 0, rows, "B * next_n"));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "weights", in.weights, 1, heads, "the head count of q"));
+  DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "weights", in.weights));
+
+  DSA_RETURN_IF_ERROR(check_tensor(op, "context_lens", in.context_lens, 2, {DType::int32}));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "context_lens", in.context_lens, 0, batch, "the batch of q"));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "context_lens", in.context_lens, 1, next_n, "next_n of q"));
+
+  DSA_RETURN_IF_ERROR(check_tensor(op, "block_table", in.block_table, 2, {DType::int32}));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "block_table", in.block_table, 0, batch, "the batch of q"));
+  DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "block_table", in.block_table));
+
+  DSA_RETURN_IF_ERROR(check_tensor(op, "schedule", in.schedule, 2, {DType::int32}));
+  if (in.schedule.size(0) < 2 || in.schedule.size(0) - 1 > kInt32Max) {
+    return fail(ErrorCode::bad_shape, op, "schedule",
+                "must have num_workers + 1 rows with num_workers >= 1, got " + in.schedule.describe());
+  }
+  DSA_RETURN_IF_ERROR(expect_extent(op, "schedule", in.schedule, 1, 2, "(unit, chunk)"));
+  if (!in.schedule.is_contiguous()) {
+    return fail(ErrorCode::bad_stride, op, "schedule", "must be contiguous, got " + in.schedule.describe());
+  }
+
+  if (in.max_context_len < 0 || in.max_context_len > kInt32Max) {
+    return fail(ErrorCode::invalid_argument, op, "max_context_len",
+                "must be in [0, 2^31 - 1], got " + str(in.max_context_len));
+  }
+  DSA_RETURN_IF_ERROR(expect_one_device(op, {{"q", &q},
+                                             {"key_cache", &in.key_cache},
+                                             {"weights", &in.weights},
+                                             {"context_lens", &in.context_lens},
+                                             {"block_table", &in.block_table},
+                                             {"schedule", &in.schedule}}));
+  p.device = q.device;
+  p.batch = batch;
+  p.next_n = next_n;
+  p.heads = heads;
+  p.head_dim = head_dim;
+  p.q = static_cast<const std::uint8_t*>(q.data);
+  p.q_stride_b = q.stride(0);
+  p.q_stride_n = q.stride(1);
+  p.q_stride_h = q.stride(2);
+  p.weights = in.weights.ptr<const float>();
+  p.weights_stride_row = in.weights.stride(0);
+  p.lens = lengths_ref(in.context_lens);
+  p.block_table = in.block_table.ptr<const std::int32_t>();
+  p.block_table_stride = in.block_table.stride(0);
+  p.max_blocks = in.block_table.size(1);
+  p.schedule = in.schedule.ptr<const std::int32_t>();
+  p.num_workers = static_cast<int>(in.schedule.size(0) - 1);
+  p.max_context_len = in.max_context_len;
+  *problem = p;
+  return Status::success();
+}
+
+Status validate_logits_output(const TensorView& logits, const LogitsOptions& options,
+                              LogitsProblem* problem) {
+  const char* op = "paged_mqa_logits";
+  DSA_RETURN_IF_ERROR(check_tensor(op, "logits", logits, 2, {DType::float32, DType::bfloat16}));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "logits", logits, 0, problem->rows(), "B * next_n"));
+  if (logits.size(1) < problem->max_context_len) {
+    return fail(ErrorCode::bad_shape, op, "logits",
+                "has " + str(logits.size(1)) + " columns, fewer than max_context_len = " +
+                    str(problem->max_context_len));
+  }
+  DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "logits", logits));
+  if (logits.size(0) > 1 && logits.stride(0) < problem->max_context_len) {
+    return fail(ErrorCode::bad_stride, op, "logits",
+                "row stride " + str(logits.stride(0)) + " is smaller than max_context_len = " +
+                    str(problem->max_context_len));
+  }
+  DSA_RETURN_IF_ERROR(expect_device(op, "logits", logits, problem->device));
+  problem->logits = logits.data;
+  problem->logits_dtype = logits.dtype;
+  problem->logits_stride = logits.stride(0);
+  problem->clean_logits = options.clean_logits;
+  return Status::success();
+}
+
+Status validate_index_topk_outputs(const TensorView& topk_lens, const TensorView& indices,
+                                   const IndexTopkOptions& options, IndexTopkProblem* problem) {
+  const char* op = "index_topk";
+  const std::int64_t rows = problem->logits.rows();
+  DSA_RETURN_IF_ERROR(expect_k(op, options.k));
+  if (!topk_lens.empty()) {
+    DSA_RETURN_IF_ERROR(check_tensor(op, "topk_lens", topk_lens, 1, {DType::int32}));
+    DSA_RETURN_IF_ERROR(expect_extent(op, "topk_lens", topk_lens, 0, rows, "B * next_n"));
+  }
+  DSA_RETURN_IF_ERROR(expect_indices(op, indices, rows, options.k, "B * next_n"));
+  DSA_RETURN_IF_ERROR(expect_device(op, "topk_lens", topk_lens, problem->logits.device));
+  DSA_RETURN_IF_ERROR(expect_device(op, "indices", indices, problem->logits.device));
+  problem->topk_lens = topk_lens.empty() ? nullptr : topk_lens.ptr<const std::int32_t>();
+  problem->topk_lens_stride = topk_lens.empty() ? 0 : topk_lens.stride(0);
+  problem->k = options.k;
+  problem->indices = indices.ptr<std::int32_t>();
+  problem->indices_stride = indices.stride(0);
+  problem->sorted = options.sorted;
+  problem->physical_slots = options.physical_slots;
+  return Status::success();
+}
+
+Status validate_topk(const TensorView& logits, const TensorView& lengths, int k,
+                     const TensorView& indices, const TopkOptions& options, TopkProblem* problem) {
+  const char* op = "topk";
+  DSA_RETURN_IF_ERROR(check_tensor(op, "logits", logits, 2, {DType::float32, DType::bfloat16}));
+  DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "logits", logits));
+  const std::int64_t rows = logits.size(0), cols = logits.size(1);
+  if (cols > kInt32Max) return fail(ErrorCode::bad_shape, op, "logits", "more columns than int32 positions can index");
+  DSA_RETURN_IF_ERROR(check_tensor(op, "lengths", lengths, 1, {DType::int32}));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "lengths", lengths, 0, rows, "the rows of logits"));
+  DSA_RETURN_IF_ERROR(expect_k(op, k));
+  DSA_RETURN_IF_ERROR(expect_indices(op, indices, rows, k, "the rows of logits"));
+  TopkProblem p;
+  const TensorView& table = options.block_table;
+  if (!table.empty()) {
+    DSA_RETURN_IF_ERROR(check_tensor(op, "block_table", table, 2, {DType::int32}));
+    DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "block_table", table));
+    if (options.rows_per_request < 1) {
+      return fail(ErrorCode::invalid_argument, op, "rows_per_request",
+                  "must be >= 1, got " + str(options.rows_per_request));
+    }
+    const std::int64_t requests = (rows + options.rows_per_request - 1) / options.rows_per_request;
+    if (table.size(0) < requests) {
+      return fail(ErrorCode::bad_shape, op, "block_table",
+                  "has " + str(table.size(0)) + " rows but " + str(rows) + " logits rows at " +
+                      str(options.rows_per_request) + " rows per request need " + str(requests));
+    }
+    p.block_table = table.ptr<const std::int32_t>();
+    p.block_table_stride = table.stride(0);
+    p.max_blocks = table.size(1);
+    p.rows_per_request = options.rows_per_request;
+  }
+  DSA_RETURN_IF_ERROR(expect_one_device(
+      op, {{"logits", &logits}, {"lengths", &lengths}, {"indices", &indices}, {"block_table", &table}}));
+  p.device = logits.device;
+  p.rows = rows;
+  p.cols = cols;
+  p.logits = logits.data;
+  p.logits_dtype = logits.dtype;
+  p.logits_stride = logits.stride(0);
+  p.lengths = lengths.ptr<const std::int32_t>();
+  p.lengths_stride = lengths.stride(0);
+  p.k = k;
+  p.indices = indices.ptr<std::int32_t>();
+  p.indices_stride = indices.stride(0);
+  p.sorted = options.sorted;
+  *problem = p;
+  return Status::success();
+}
+
+Status check_store_keys_slots(const StoreKeysProblem& p) {
+  const std::int64_t num_slots = p.cache.num_pages * kPageTokens;
+  for (std::int64_t i = 0; i < p.num_tokens; ++i) {
+    const std::int64_t slot = p.slots_dtype == DType::int32
+                                  ? static_cast<const std::int32_t*>(p.slots)[i * p.slots_stride]
+                                  : static_cast<const std::int64_t*>(p.slots)[i * p.slots_stride];
+    if (slot >= num_slots) {
+      return fail(ErrorCode::page_out_of_range, "store_index_keys", "slot_mapping",
+                  "slot_mapping[" + str(i) + "] = " + str(slot) + " is beyond the cache's " +
+                      str(num_slots) + " slots (" + str(p.cache.num_pages) + " pages of 64)");
+    }
+  }
+  return Status::success();
+}
+
+Status check_length_inputs(const char* op, const LengthsProblem& p) {
+  const char* name = length_input_name(p.convention);
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    const std::int64_t length = p.input[b * p.input_stride];
+    if (length < 0) {
+      return fail(ErrorCode::invalid_argument, op, name,
+                  std::string(name) + "[" + str(b) + "] = " + str(length) + " is negative");
+    }
+    if (p.convention != LengthConvention::legacy && length + p.next_n > kInt32Max) {
+      return fail(ErrorCode::invalid_argument, op, name,
+                  std::string(name) + "[" + str(b) + "] = " + str(length) +
+                      " plus next_n overflows int32");
+    }
+  }
+  return Status::success();
+}
+
+Status check_scoring_data(const char* op, const LogitsProblem& p) {
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    std::int64_t longest = 0;
+    for (std::int64_t j = 0; j < p.next_n; ++j) {
+      const std::int64_t length = row_length(p.lens, b, j);
+      const std::string where = "context_lens[" + str(b) + ", " + str(j) + "] = " + str(length);
+      if (length < 0) return fail(ErrorCode::length_out_of_range, op, "context_lens", where + " is negative");
+      if (length > p.max_context_len) {
+        return fail(ErrorCode::length_out_of_range, op, "context_lens",
+                    where + " exceeds max_context_len = " + str(p.max_context_len));
+      }
+      if (pages_for(length) > p.max_blocks) {
+        return fail(ErrorCode::length_out_of_range, op, "block_table",
+                    where + " needs " + str(pages_for(length)) + " pages but block_table has " +
+                        str(p.max_blocks) + " columns");
+      }
+      longest = length > longest ? length : longest;
+    }
+    const std::int32_t* table_row = p.block_table + b * p.block_table_stride;
+    for (std::int64_t i = 0; i < pages_for(longest); ++i) {
+      if (table_row[i] < 0 || table_row[i] >= p.cache.num_pages) {
+        return fail(ErrorCode::page_out_of_range, op, "block_table",
+                    "block_table[" + str(b) + ", " + str(i) + "] = " + str(table_row[i]) +
+                        " is needed but is not a page index in [0, " + str(p.cache.num_pages) + ")");
+      }
+    }
+  }
+  return check_schedule(op, p);
+}
+
+Status check_topk_data(const TopkProblem& p) {
+  const char* op = "topk";
+  for (std::int64_t r = 0; r < p.rows; ++r) {
+    const std::int64_t length = p.lengths[r * p.lengths_stride];
+    if (length < 0 || length > p.cols) {
+      return fail(ErrorCode::length_out_of_range, op, "lengths",
+                  "lengths[" + str(r) + "] = " + str(length) + " is outside [0, " + str(p.cols) +
+                      "] (the logits columns)");
+    }
+    if (p.block_table == nullptr) continue;
+    if (pages_for(length) > p.max_blocks) {
+      return fail(ErrorCode::length_out_of_range, op, "block_table",
+                  "lengths[" + str(r) + "] = " + str(length) + " needs " + str(pages_for(length)) +
+                      " pages but block_table has " + str(p.max_blocks) + " columns");
+    }
+    const std::int64_t request = r / p.rows_per_request;
+    const std::int32_t* table_row = p.block_table + request * p.block_table_stride;
+    for (std::int64_t i = 0; i < pages_for(length); ++i) {
+      if (table_row[i] < 0 || table_row[i] > kInt32Max / kPageTokens) {
+        return fail(ErrorCode::page_out_of_range, op, "block_table",
+                    "block_table[" + str(request) + ", " + str(i) + "] = " + str(table_row[i]) +
+                        " is needed but is not a valid page index");
+      }
+    }
+  }
+  return Status::success();
+}
+
+Status check_index_topk_data(const IndexTopkProblem& p) {
+  const char* op = "index_topk";
+  DSA_RETURN_IF_ERROR(check_scoring_data(op, p.logits));
+  if (p.topk_lens == nullptr) return Status::success();
+  for (std::int64_t b = 0; b < p.logits.batch; ++b) {
+    for (std::int64_t j = 0; j < p.logits.next_n; ++j) {
+      const std::int64_t r = b * p.logits.next_n + j;
+      const std::int64_t topk_length = p.topk_lens[r * p.topk_lens_stride];
+      const std::int64_t context_length = row_length(p.logits.lens, b, j);
+      if (topk_length < 0 || topk_length > context_length) {
+        return fail(ErrorCode::length_out_of_range, op, "topk_lens",
+                    "topk_lens[" + str(r) + "] = " + str(topk_length) + " is outside [0, " +
+                        str(context_length) + "] (context_lens[" + str(b) + ", " + str(j) + "])");
+      }
+    }
+  }
+  return Status::success();
+}
+
+}  // namespace dsa::detail

@@ -1,0 +1,78 @@
+// Validation: public TensorViews -> the problems of problem.hpp.
+//
+// The validate_* functions check everything that can be checked without
+// reading tensor contents (presence, rank, extents, dtypes, strides,
+// alignment, one device, scalar arguments) and fill a problem. The check_*
+// functions enforce the data-dependent rules by reading host memory; the CPU
+// backend runs them before writing anything (on CUDA the kernels do it).
+// Every failure names the operation, the argument and the rule.
+#pragma once
+
+#include <cstdint>
+
+#include "dsa/cache.hpp"
+#include "dsa/index_topk.hpp"
+#include "dsa/logits.hpp"
+#include "dsa/query.hpp"
+#include "dsa/status.hpp"
+#include "dsa/tensor.hpp"
+#include "dsa/topk.hpp"
+#include "problem.hpp"
+
+namespace dsa::detail {
+
+Status validate_store_keys(const TensorView& keys, const TensorView& slot_mapping,
+                           const TensorView& cache, const StoreKeysOptions& options,
+                           StoreKeysProblem* problem);
+
+Status validate_quantize_queries(const TensorView& q, const TensorView& head_gate,
+                                 const TensorView& q_fp8, const TensorView& weights,
+                                 const QuantizeQueriesOptions& options,
+                                 QuantizeQueriesProblem* problem);
+
+// `op` is the public name of the builder ("causal_context_lens", ...).
+Status validate_context_lens(const char* op, LengthConvention convention, const TensorView& input,
+                             int next_n, const TensorView& out, LengthsProblem* problem);
+
+// `path` must already be resolved to native or per_token.
+Status validate_plan_schedule(const TensorView& context_lens, int num_workers, LogitsPath path,
+                              const TensorView& schedule, ScheduleProblem* problem);
+
+// The inputs paged_mqa_logits and index_topk share.
+struct ScoringInputs {
+  const TensorView& q;
+  const TensorView& key_cache;
+  const TensorView& weights;
+  const TensorView& context_lens;
+  const TensorView& block_table;
+  const TensorView& schedule;
+  std::int64_t max_context_len;
+};
+
+// Fills every field of `problem` except `path` (resolved by the caller from
+// the validated shape) and the logits output.
+Status validate_scoring_inputs(const char* op, const ScoringInputs& inputs, LogitsProblem* problem);
+
+// The logits output of paged_mqa_logits; `problem` has passed validate_scoring_inputs.
+Status validate_logits_output(const TensorView& logits, const LogitsOptions& options,
+                              LogitsProblem* problem);
+
+// topk_lens, indices and options of index_topk; `problem->logits` has passed
+// validate_scoring_inputs.
+Status validate_index_topk_outputs(const TensorView& topk_lens, const TensorView& indices,
+                                   const IndexTopkOptions& options, IndexTopkProblem* problem);
+
+Status validate_topk(const TensorView& logits, const TensorView& lengths, int k,
+                     const TensorView& indices, const TopkOptions& options, TopkProblem* problem);
+
+// Data-dependent rules on host memory.
+Status check_store_keys_slots(const StoreKeysProblem& p);
+Status check_length_inputs(const char* op, const LengthsProblem& p);
+// Lengths against max_context_len and the block table, needed block-table
+// entries against the cache, and the schedule against batch and path.
+Status check_scoring_data(const char* op, const LogitsProblem& p);
+Status check_topk_data(const TopkProblem& p);
+// check_scoring_data plus topk_lens against the context lengths.
+Status check_index_topk_data(const IndexTopkProblem& p);
+
+}  // namespace dsa::detail

@@ -1,0 +1,142 @@
+// Small helpers shared by the CPU test files: contexts, schedules and the
+// comparison of library logits with the float64 reference.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "common/random_inputs.hpp"
+#include "common/reference.hpp"
+#include "dsa/dsa.hpp"
+
+namespace dsa {
+// Readable test names and failure messages for parameterized tests.
+inline void PrintTo(Backend backend, std::ostream* os) { *os << backend_name(backend); }
+inline void PrintTo(ErrorCode code, std::ostream* os) { *os << error_code_name(code); }
+}  // namespace dsa
+
+namespace dsa_test {
+
+#define DSA_ASSERT_OK(expr)                                  \
+  do {                                                       \
+    const ::dsa::Status dsa_test_status_ = (expr);           \
+    ASSERT_TRUE(dsa_test_status_.ok()) << dsa_test_status_.to_string(); \
+  } while (0)
+
+inline const std::vector<dsa::Backend>& cpu_backends() {
+  static const std::vector<dsa::Backend> backends{dsa::Backend::cpu_reference, dsa::Backend::cpu};
+  return backends;
+}
+
+inline std::string backend_label(const ::testing::TestParamInfo<dsa::Backend>& info) {
+  return info.param == dsa::Backend::cpu_reference ? "cpu_reference" : "cpu";
+}
+
+// Two worker threads: the machine CI runs on, and enough to exercise the splits.
+inline dsa::ExecContext cpu_context(dsa::Backend backend, int threads = 2,
+                                    bool reference_float64 = false) {
+  dsa::ExecContext ctx;
+  ctx.backend = backend;
+  ctx.num_threads = threads;
+  ctx.reference_float64 = reference_float64;
+  return ctx;
+}
+
+// Host scratch memory aligned as every workspace must be.
+struct HostWorkspace {
+  explicit HostWorkspace(std::size_t bytes) : storage(bytes + dsa::kWorkspaceAlignment) {
+    const auto address = reinterpret_cast<std::uintptr_t>(storage.data());
+    const std::size_t shift = (dsa::kWorkspaceAlignment - address % dsa::kWorkspaceAlignment) % dsa::kWorkspaceAlignment;
+    workspace = dsa::Workspace{storage.data() + shift, bytes};
+  }
+  std::vector<std::uint8_t> storage;
+  dsa::Workspace workspace;
+};
+
+// A schedule planned by the library, with the view that goes with it.
+struct Schedule {
+  std::vector<std::int32_t> entries;
+  int num_workers = 0;
+  dsa::TensorView view() { return dsa::make_view(entries.data(), dsa::DType::int32, {num_workers + 1, 2}); }
+};
+
+inline dsa::Status plan(std::vector<std::int32_t> lens, std::int64_t batch, int next_n,
+                        int num_workers, dsa::LogitsPath path, const dsa::ExecContext& ctx,
+                        Schedule* out) {
+  out->num_workers = num_workers;
+  out->entries.assign(static_cast<std::size_t>(2 * (num_workers + 1)), -7);
+  lens.reserve(1);
+  const dsa::TensorView lens_view = dsa::make_view(lens.data(), dsa::DType::int32, {batch, next_n});
+  return dsa::plan_schedule(lens_view, num_workers, path, out->view(), ctx);
+}
+
+// The path `requested` resolves to for host tensors of this shape.
+inline dsa::LogitsPath resolved_path(dsa::LogitsPath requested, int next_n, int heads,
+                                     const dsa::ExecContext& ctx) {
+  return dsa::resolve_logits_path(requested, next_n, heads, dsa::Device{}, ctx);
+}
+
+// The value the library wrote at (row, col) of a float32 or bfloat16 matrix.
+inline float read_logit(const OwnedView& logits, std::int64_t row, std::int64_t col) {
+  const std::int64_t index = row * logits.view.stride(0) + col;
+  if (logits.view.dtype == dsa::DType::bfloat16) {
+    std::uint16_t bits;
+    std::memcpy(&bits, logits.bytes.data() + 2 * index, sizeof bits);
+    return bf16_decode(bits);
+  }
+  float value;
+  std::memcpy(&value, logits.bytes.data() + 4 * index, sizeof value);
+  return value;
+}
+
+enum class Precision { float32, float64, bfloat16 };
+
+// Checks library logits against the reference: valid positions within the
+// rounding bound of `precision`, -inf past the lengths when `clean`, and
+// columns at or past max_context_len still holding `sentinel`.
+inline ::testing::AssertionResult logits_match(const Workload& w, const ReferenceLogits& ref,
+                                               const OwnedView& logits, Precision precision,
+                                               bool clean, float sentinel) {
+  const std::int64_t stride = logits.view.stride(0);
+  int reported = 0;
+  ::testing::AssertionResult result = ::testing::AssertionSuccess();
+  auto fail = [&](std::int64_t r, std::int64_t p, const std::string& what) {
+    if (reported++ == 0) result = ::testing::AssertionFailure();
+    if (reported <= 5) result << "row " << r << " col " << p << ": " << what << "\n";
+  };
+  for (std::int64_t r = 0; r < w.rows(); ++r) {
+    const std::int64_t length = w.context_lens[r];
+    for (std::int64_t p = 0; p < stride; ++p) {
+      const float got = read_logit(logits, r, p);
+      if (p < length) {
+        const double want = ref.value[r * ref.cols + p];
+        const double magnitude = ref.magnitude[r * ref.cols + p];
+        double bound = 0.0;
+        switch (precision) {
+          case Precision::float32: bound = 2e-5 * magnitude; break;
+          case Precision::float64: bound = 6e-8 * std::fabs(want) + 1e-12 * magnitude; break;
+          case Precision::bfloat16: bound = std::ldexp(std::fabs(want), -8) + 2e-5 * magnitude; break;
+        }
+        if (!(std::fabs(got - want) <= bound + 1e-30))
+          fail(r, p, "got " + std::to_string(got) + ", want " + std::to_string(want) + " (bound " +
+                         std::to_string(bound) + ")");
+      } else if (p < w.max_context_len) {
+        if (clean && !(std::isinf(got) && got < 0)) fail(r, p, "expected -inf, got " + std::to_string(got));
+      } else {
+        const bool same = std::isnan(sentinel) ? std::isnan(got) : got == sentinel;
+        if (!same) fail(r, p, "column past max_context_len was written: " + std::to_string(got));
+      }
+    }
+  }
+  if (reported > 5) result << "... " << reported << " mismatches in all";
+  return result;
+}
+
+}  // namespace dsa_test

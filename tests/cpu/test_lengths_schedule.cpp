@@ -1,0 +1,163 @@
+// Context-length builders and the schedule planner on the CPU backends.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "cpu_test_helpers.hpp"
+
+namespace dsa_test {
+namespace {
+
+using LengthsBuilder = dsa::Status (*)(const dsa::TensorView&, int, const dsa::TensorView&,
+                                       const dsa::ExecContext&);
+
+struct Convention {
+  const char* name;
+  LengthsBuilder build;
+  std::vector<std::int32_t> (*expected)(const std::vector<std::int32_t>&, int);
+};
+
+const Convention kConventions[] = {
+    {"causal", dsa::causal_context_lens, causal_lens},
+    {"expanded", dsa::expanded_context_lens, expanded_lens},
+    {"legacy", dsa::legacy_context_lens, legacy_lens},
+};
+
+class LengthsTest : public ::testing::TestWithParam<dsa::Backend> {};
+
+TEST_P(LengthsTest, ConventionsMatchTheirFormulas) {
+  const dsa::ExecContext ctx = cpu_context(GetParam());
+  Rng rng(3);
+  std::uniform_int_distribution<std::int32_t> length(0, 5000);
+  for (const Convention& convention : kConventions) {
+    for (const std::int64_t batch : {0, 1, 5, 33}) {
+      for (int next_n = 1; next_n <= 8; ++next_n) {
+        SCOPED_TRACE(std::string(convention.name) + " batch " + std::to_string(batch) + " next_n " +
+                     std::to_string(next_n));
+        std::vector<std::int32_t> input;
+        for (std::int64_t b = 0; b < batch; ++b) input.push_back(b % 4 == 1 ? static_cast<std::int32_t>(b % 3) : length(rng));
+        std::vector<std::int32_t> out(static_cast<std::size_t>(batch * next_n) + 1, -5);
+        DSA_ASSERT_OK(convention.build(view_of(input, {batch}), next_n, view_of(out, {batch, next_n}), ctx));
+        out.pop_back();
+        EXPECT_EQ(out, convention.expected(input, next_n));
+      }
+    }
+  }
+}
+
+TEST_P(LengthsTest, StridedInputAndOutput) {
+  const dsa::ExecContext ctx = cpu_context(GetParam());
+  const std::vector<std::int32_t> prefix{7, 0, 300, 64, 1};
+  std::vector<std::int32_t> strided_in;
+  for (const std::int32_t p : prefix) strided_in.insert(strided_in.end(), {p, -1, -1});
+  constexpr int kNextN = 3;
+  for (const Convention& convention : kConventions) {
+    SCOPED_TRACE(convention.name);
+    // Output rows padded to 4 columns; the padding must stay untouched.
+    std::vector<std::int32_t> out(prefix.size() * 4, -9);
+    const dsa::TensorView in_view =
+        dsa::make_view(strided_in.data(), dsa::DType::int32, {static_cast<std::int64_t>(prefix.size())}, {3});
+    const dsa::TensorView out_view =
+        dsa::make_view(out.data(), dsa::DType::int32, {static_cast<std::int64_t>(prefix.size()), kNextN}, {4, 1});
+    DSA_ASSERT_OK(convention.build(in_view, kNextN, out_view, ctx));
+    const std::vector<std::int32_t> want = convention.expected(prefix, kNextN);
+    for (std::size_t b = 0; b < prefix.size(); ++b) {
+      for (int j = 0; j < kNextN; ++j) EXPECT_EQ(out[b * 4 + j], want[b * kNextN + j]) << b << "," << j;
+      EXPECT_EQ(out[b * 4 + 3], -9);
+    }
+  }
+}
+
+TEST_P(LengthsTest, NegativeInputIsInvalidArgument) {
+  const dsa::ExecContext ctx = cpu_context(GetParam());
+  std::vector<std::int32_t> input{5, -1, 3};
+  std::vector<std::int32_t> out(6);
+  for (const Convention& convention : kConventions) {
+    const dsa::Status s = convention.build(view_of(input, {3}), 2, view_of(out, {3, 2}), ctx);
+    EXPECT_EQ(s.code(), dsa::ErrorCode::invalid_argument) << convention.name << ": " << s.to_string();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, LengthsTest, ::testing::ValuesIn(cpu_backends()), backend_label);
+
+class ScheduleTest : public ::testing::TestWithParam<dsa::Backend> {};
+
+std::vector<std::int32_t> random_lens(Rng& rng, std::int64_t batch, int next_n, int pattern) {
+  std::uniform_int_distribution<std::int32_t> any(0, 70000);
+  std::uniform_int_distribution<std::int32_t> small(0, 600);
+  static constexpr std::int32_t kBoundaries[] = {0, 1, 255, 256, 257, 511, 512, 513};
+  std::vector<std::int32_t> lens;
+  for (std::int64_t i = 0; i < batch * next_n; ++i) {
+    switch (pattern) {
+      case 0: lens.push_back(any(rng)); break;
+      case 1: lens.push_back(small(rng)); break;
+      case 2: lens.push_back(kBoundaries[small(rng) % 8]); break;
+      default: lens.push_back(0); break;
+    }
+  }
+  return lens;
+}
+
+TEST_P(ScheduleTest, CoversEveryItemOnceAndBalances) {
+  const dsa::ExecContext ctx = cpu_context(GetParam());
+  Rng rng(11);
+  for (const std::int64_t batch : {0, 1, 7, 33, 128}) {
+    for (const int next_n : {1, 2, 3, 4, 8}) {
+      for (int pattern = 0; pattern < 4; ++pattern) {
+        const std::vector<std::int32_t> lens = random_lens(rng, batch, next_n, pattern);
+        for (const int workers : {1, 2, 3, 16, 132, 1000}) {
+          for (const dsa::LogitsPath path : {dsa::LogitsPath::native, dsa::LogitsPath::per_token}) {
+            SCOPED_TRACE("batch " + std::to_string(batch) + " next_n " + std::to_string(next_n) + " pattern " +
+                         std::to_string(pattern) + " workers " + std::to_string(workers) + " " +
+                         dsa::logits_path_name(path));
+            Schedule schedule;
+            DSA_ASSERT_OK(plan(lens, batch, next_n, workers, path, ctx, &schedule));
+            const bool per_token = path == dsa::LogitsPath::per_token;
+            const std::string problem =
+                check_schedule(schedule.entries.data(), workers, lens, batch, next_n, per_token);
+            ASSERT_EQ(problem, "");
+            const std::vector<std::int64_t> items =
+                items_per_worker(schedule.entries.data(), workers, lens, batch, next_n, per_token);
+            const auto [fewest, most] = std::minmax_element(items.begin(), items.end());
+            EXPECT_LE(*most - *fewest, 1);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(ScheduleTest, AutomaticPathPlansForTheResolvedPath) {
+  const dsa::ExecContext ctx = cpu_context(GetParam());
+  Rng rng(12);
+  for (const int next_n : {1, 2, 4, 8}) {
+    const std::vector<std::int32_t> lens = random_lens(rng, 5, next_n, 1);
+    const dsa::LogitsPath resolved = resolved_path(dsa::LogitsPath::automatic, next_n, 64, ctx);
+    ASSERT_TRUE(resolved == dsa::LogitsPath::native || resolved == dsa::LogitsPath::per_token);
+    Schedule automatic, explicit_path;
+    DSA_ASSERT_OK(plan(lens, 5, next_n, 4, dsa::LogitsPath::automatic, ctx, &automatic));
+    DSA_ASSERT_OK(plan(lens, 5, next_n, 4, resolved, ctx, &explicit_path));
+    EXPECT_EQ(automatic.entries, explicit_path.entries) << "next_n " << next_n;
+  }
+}
+
+TEST(ScheduleQueries, PathsResolveToThemselvesAndWorkersFollowThreads) {
+  for (const dsa::Backend backend : cpu_backends()) {
+    const dsa::ExecContext ctx = cpu_context(backend, 3);
+    for (const int next_n : {1, 2, 5, 8}) {
+      EXPECT_EQ(resolved_path(dsa::LogitsPath::native, next_n, 64, ctx), dsa::LogitsPath::native);
+      EXPECT_EQ(resolved_path(dsa::LogitsPath::per_token, next_n, 32, ctx), dsa::LogitsPath::per_token);
+      EXPECT_NE(resolved_path(dsa::LogitsPath::automatic, next_n, 64, ctx), dsa::LogitsPath::automatic);
+    }
+    EXPECT_GE(dsa::default_num_workers(dsa::Device{}, ctx), 1);
+  }
+  EXPECT_EQ(dsa::default_num_workers(dsa::Device{}, cpu_context(dsa::Backend::cpu, 3)), 3);
+  EXPECT_EQ(dsa::default_num_workers(dsa::Device{}, cpu_context(dsa::Backend::cpu, 7)), 7);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, ScheduleTest, ::testing::ValuesIn(cpu_backends()), backend_label);
+
+}  // namespace
+}  // namespace dsa_test

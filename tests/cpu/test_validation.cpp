@@ -1,0 +1,548 @@
+// Every documented argument rule: the ErrorCode it returns and a message that
+// names the operation and the argument.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <climits>
+#include <string>
+#include <vector>
+
+#include "cpu_test_helpers.hpp"
+
+namespace dsa_test {
+namespace {
+
+using dsa::ErrorCode;
+
+::testing::AssertionResult fails_with(const dsa::Status& s, ErrorCode code, const std::string& operation,
+                                      const std::string& argument) {
+  if (s.code() != code)
+    return ::testing::AssertionFailure() << "expected " << dsa::error_code_name(code) << ", got " << s.to_string();
+  if (s.message().find(operation) == std::string::npos || s.message().find(argument) == std::string::npos)
+    return ::testing::AssertionFailure() << "message does not name " << operation << " and " << argument << ": "
+                                         << s.message();
+  return ::testing::AssertionSuccess();
+}
+
+dsa::TensorView with_shape(dsa::TensorView v, std::initializer_list<std::int64_t> shape) {
+  return dsa::make_view(v.data, v.dtype, shape);
+}
+
+dsa::TensorView with_dtype(dsa::TensorView v, dsa::DType dtype) {
+  v.dtype = dtype;
+  return v;
+}
+
+dsa::TensorView with_data(dsa::TensorView v, void* data) {
+  v.data = data;
+  return v;
+}
+
+dsa::TensorView on_cuda(dsa::TensorView v) {
+  v.device = dsa::Device{dsa::DeviceType::cuda, 0};
+  return v;
+}
+
+// A valid scoring problem whose arguments the tests break one at a time.
+class ScoringValidation : public ::testing::TestWithParam<dsa::Backend> {
+ protected:
+  void SetUp() override {
+    ctx = cpu_context(GetParam());
+    w = make_workload(WorkloadSpec{.batch = 2, .next_n = 2, .min_prefix = 100, .max_prefix = 200,
+                                   .padding_columns = 3, .seed = 8});
+    q = w.q_fp8_view();
+    cache = w.cache_view_2d();
+    weights = w.weights_view();
+    lens = w.context_lens_view();
+    table = w.block_table_view();
+    ASSERT_TRUE(plan(w.context_lens, w.batch, w.next_n, 3, dsa::LogitsPath::native, ctx, &schedule_storage).ok());
+    schedule = schedule_storage.view();
+    output = float_matrix(w.rows(), w.max_context_len, w.max_context_len, 0.0f);
+    logits = output.view;
+    topk_lens = w.causal_lens_view();
+    index_output = int32_matrix(w.rows(), 16, 16, 0);
+    indices = index_output.view;
+    options.path = dsa::LogitsPath::native;
+  }
+
+  dsa::Status call_logits() {
+    return dsa::paged_mqa_logits(q, cache, weights, lens, table, schedule, max_context_len(), logits, options, ctx);
+  }
+  dsa::Status call_index_topk(int k = 16) {
+    dsa::IndexTopkOptions o;
+    o.k = k;
+    o.path = dsa::LogitsPath::native;
+    return dsa::index_topk(q, cache, weights, lens, table, schedule, max_context_len(), topk_lens, indices, o, ctx);
+  }
+  std::int64_t max_context_len() const { return max_context_override >= 0 ? max_context_override : w.max_context_len; }
+
+  dsa::ExecContext ctx;
+  Workload w;
+  Schedule schedule_storage;
+  OwnedView output, index_output;
+  dsa::TensorView q, cache, weights, lens, table, schedule, logits, topk_lens, indices;
+  dsa::LogitsOptions options;
+  std::int64_t max_context_override = -1;
+};
+
+TEST_P(ScoringValidation, BaselineIsValid) {
+  EXPECT_TRUE(call_logits().ok()) << call_logits().to_string();
+  EXPECT_TRUE(call_index_topk().ok()) << call_index_topk().to_string();
+}
+
+TEST_P(ScoringValidation, QueryRules) {
+  const dsa::TensorView good = q;
+  q = with_dtype(good, dsa::DType::float32);
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_dtype, "paged_mqa_logits", "q"));
+  q = with_shape(good, {2, 2, 64 * 128});
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_shape, "paged_mqa_logits", "q"));
+  q = with_shape(good, {2, 3, 64, 128});  // next_n disagrees with context_lens
+  EXPECT_EQ(call_logits().code(), ErrorCode::bad_shape);
+  q = with_shape(good, {2, 2, 64, 64});  // D disagrees with the 4-D cache's D + 4
+  cache = w.cache_view_4d();
+  EXPECT_EQ(call_logits().code(), ErrorCode::bad_shape);
+  cache = w.cache_view_2d();
+  // Room for the strided views below, so that even a wrong acceptance reads owned memory.
+  std::vector<std::uint8_t> roomy(4 * w.q_fp8.size());
+  q = dsa::make_view(roomy.data(), good.dtype, {2, 2, 64, 128}, {2 * 64 * 256, 64 * 256, 256, 2});
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_stride, "paged_mqa_logits", "q"));
+  q = dsa::make_view(roomy.data(), good.dtype, {2, 2, 64, 128}, {2 * 64 * 136, 64 * 136, 136, 1});
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_alignment, "paged_mqa_logits", "q"));
+  q = with_data(good, nullptr);
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::null_pointer, "paged_mqa_logits", "q"));
+}
+
+TEST_P(ScoringValidation, CacheRules) {
+  const dsa::TensorView good = cache;
+  const std::int64_t pages = w.geometry.num_pages, min_bytes = 64 * 132;
+  cache = with_dtype(good, dsa::DType::int32);
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_dtype, "paged_mqa_logits", "key_cache"));
+  cache = dsa::make_view(good.data, dsa::DType::uint8, {pages, min_bytes - 16}, {min_bytes, 1});
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_shape, "paged_mqa_logits", "key_cache"));
+  cache = dsa::make_view(good.data, dsa::DType::uint8, {pages / 2, min_bytes}, {min_bytes + 8, 1});
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_alignment, "paged_mqa_logits", "key_cache"));
+  cache = dsa::make_view(good.data, dsa::DType::uint8, {pages / 2, min_bytes}, {2 * min_bytes, 2});
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_stride, "paged_mqa_logits", "key_cache"));
+  cache = dsa::make_view(good.data, dsa::DType::uint8, {pages, 32, 1, 132}, {min_bytes, 132, 132, 1});
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_shape, "paged_mqa_logits", "key_cache"));
+  cache = dsa::make_view(good.data, dsa::DType::uint8, {pages, 64, 1, 100}, {min_bytes, 100, 100, 1});
+  EXPECT_EQ(call_logits().code(), ErrorCode::bad_shape);
+  cache = dsa::make_view(good.data, dsa::DType::uint8, {pages, 64, 132}, {min_bytes, 132, 1});
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_shape, "paged_mqa_logits", "key_cache"));
+  cache = with_data(good, nullptr);
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::null_pointer, "paged_mqa_logits", "key_cache"));
+  cache = w.cache_view_4d();
+  EXPECT_TRUE(call_logits().ok());
+}
+
+TEST_P(ScoringValidation, WeightsAndLengthsRules) {
+  const dsa::TensorView good_weights = weights, good_lens = lens;
+  weights = with_dtype(good_weights, dsa::DType::bfloat16);
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_dtype, "paged_mqa_logits", "weights"));
+  weights = with_shape(good_weights, {w.rows(), 63});
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_shape, "paged_mqa_logits", "weights"));
+  weights = with_shape(good_weights, {w.rows() - 1, 64});
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_shape, "paged_mqa_logits", "weights"));
+  std::vector<float> roomy(2 * w.weights.size());
+  weights = dsa::make_view(roomy.data(), dsa::DType::float32, {w.rows(), 64}, {128, 2});
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_stride, "paged_mqa_logits", "weights"));
+  weights = with_data(good_weights, nullptr);
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::null_pointer, "paged_mqa_logits", "weights"));
+  weights = good_weights;
+
+  lens = with_dtype(good_lens, dsa::DType::int64);
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_dtype, "paged_mqa_logits", "context_lens"));
+  lens = with_shape(good_lens, {w.batch * w.next_n});
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_shape, "paged_mqa_logits", "context_lens"));
+  lens = with_data(good_lens, nullptr);
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::null_pointer, "paged_mqa_logits", "context_lens"));
+}
+
+TEST_P(ScoringValidation, LengthBeyondMaxContextLen) {
+  max_context_override = *std::max_element(w.context_lens.begin(), w.context_lens.end()) - 1;
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::length_out_of_range, "paged_mqa_logits", "context_lens"));
+  max_context_override = -1;
+  // Valid pages everywhere, so that the length is the only rule broken.
+  for (auto& entry : w.block_table) entry = entry < 0 ? 0 : entry;
+  w.context_lens[1] = static_cast<std::int32_t>(w.max_context_len + 1);
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::length_out_of_range, "paged_mqa_logits", "context_lens"));
+  w.context_lens[1] = -3;
+  EXPECT_FALSE(call_logits().ok());
+}
+
+TEST_P(ScoringValidation, LengthBeyondTheBlockTable) {
+  // A view of the table narrower than the longest request needs.
+  std::int64_t longest = 0;
+  for (std::int64_t b = 0; b < w.batch; ++b) longest = std::max(longest, w.needed_pages(b));
+  table = dsa::make_view(w.block_table.data(), dsa::DType::int32, {w.batch, longest - 1}, {w.max_blocks, 1});
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::length_out_of_range, "paged_mqa_logits", "block_table"));
+  table = dsa::make_view(w.block_table.data(), dsa::DType::int32, {w.batch, longest}, {w.max_blocks, 1});
+  EXPECT_TRUE(call_logits().ok());
+}
+
+TEST_P(ScoringValidation, PageIndexOutOfRange) {
+  const std::int64_t last_needed = w.needed_pages(1) - 1;
+  std::int32_t& entry = w.block_table[1 * w.max_blocks + last_needed];
+  const std::int32_t saved = entry;
+  for (const std::int32_t bad : {static_cast<std::int32_t>(w.geometry.num_pages), -1, INT_MIN}) {
+    entry = bad;
+    EXPECT_TRUE(fails_with(call_logits(), ErrorCode::page_out_of_range, "paged_mqa_logits", "block_table")) << bad;
+    EXPECT_EQ(call_index_topk().code(), ErrorCode::page_out_of_range) << bad;
+  }
+  entry = saved;
+  // Entries past the needed pages are never read, whatever they hold.
+  for (const std::int32_t padding : {-1, INT_MAX, INT_MIN}) {
+    for (std::int64_t b = 0; b < w.batch; ++b)
+      for (std::int64_t i = w.needed_pages(b); i < w.max_blocks; ++i) w.block_table[b * w.max_blocks + i] = padding;
+    EXPECT_TRUE(call_logits().ok()) << padding;
+    EXPECT_TRUE(call_index_topk().ok()) << padding;
+  }
+}
+
+TEST_P(ScoringValidation, BlockTableRules) {
+  const dsa::TensorView good = table;
+  table = with_dtype(good, dsa::DType::int64);
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_dtype, "paged_mqa_logits", "block_table"));
+  table = with_shape(good, {w.batch - 1, w.max_blocks});
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_shape, "paged_mqa_logits", "block_table"));
+  table = dsa::make_view(good.data, dsa::DType::int32, {w.batch, w.max_blocks / 2}, {w.max_blocks, 2});
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_stride, "paged_mqa_logits", "block_table"));
+  table = with_data(good, nullptr);
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::null_pointer, "paged_mqa_logits", "block_table"));
+}
+
+TEST_P(ScoringValidation, LogitsRules) {
+  const dsa::TensorView good = logits;
+  const std::int64_t n = w.max_context_len;
+  logits = with_dtype(good, dsa::DType::int32);
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_dtype, "paged_mqa_logits", "logits"));
+  logits = with_shape(good, {w.rows(), n - 1});
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_shape, "paged_mqa_logits", "logits"));
+  logits = with_shape(good, {w.rows() + 1, n - 1});
+  EXPECT_EQ(call_logits().code(), ErrorCode::bad_shape);
+  logits = with_shape(good, {w.rows() - 1, n});
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_shape, "paged_mqa_logits", "logits"));
+  OwnedView roomy = float_matrix(w.rows(), 2 * n, 2 * n, 0.0f);
+  logits = dsa::make_view(roomy.view.data, dsa::DType::float32, {w.rows(), n}, {2 * n, 2});
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_stride, "paged_mqa_logits", "logits"));
+  logits = dsa::make_view(roomy.view.data, dsa::DType::float32, {w.rows(), n}, {n - 1, 1});  // rows overlap
+  const dsa::Status overlapping = call_logits();
+  EXPECT_FALSE(overlapping.ok());
+  EXPECT_NE(overlapping.message().find("logits"), std::string::npos) << overlapping.to_string();
+  logits = with_data(good, nullptr);
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::null_pointer, "paged_mqa_logits", "logits"));
+  logits = good;
+  max_context_override = n + 1;  // wider than the logits
+  EXPECT_EQ(call_logits().code(), ErrorCode::bad_shape);
+}
+
+TEST_P(ScoringValidation, ScheduleRules) {
+  Schedule other_batch, per_token, shallow;
+  ASSERT_TRUE(plan(std::vector<std::int32_t>(6, 50), 3, 2, 3, dsa::LogitsPath::native, ctx, &other_batch).ok());
+  schedule = other_batch.view();
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::schedule_mismatch, "paged_mqa_logits", "schedule"));
+  EXPECT_EQ(call_index_topk().code(), ErrorCode::schedule_mismatch);
+
+  ASSERT_TRUE(plan(w.context_lens, w.batch, w.next_n, 3, dsa::LogitsPath::per_token, ctx, &per_token).ok());
+  schedule = per_token.view();
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::schedule_mismatch, "paged_mqa_logits", "schedule"));
+  options.path = dsa::LogitsPath::per_token;
+  EXPECT_TRUE(call_logits().ok());
+  options.path = dsa::LogitsPath::native;
+
+  // Another chunk size in the trailer.
+  std::vector<std::int32_t> edited = schedule_storage.entries;
+  edited.back() = 128;
+  schedule = view_of(edited, {4, 2});
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::schedule_mismatch, "paged_mqa_logits", "schedule"));
+
+  // Starts that go backwards.
+  edited = schedule_storage.entries;
+  edited[2] = 1;
+  edited[3] = 0;
+  edited[4] = 0;
+  edited[5] = 0;
+  schedule = view_of(edited, {4, 2});
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::schedule_mismatch, "paged_mqa_logits", "schedule"));
+
+  // Wrong shapes: rows of three, a flat vector, another dtype, no data.
+  schedule = dsa::make_view(schedule_storage.entries.data(), dsa::DType::int32, {2, 3});
+  const dsa::Status three_columns = call_logits();
+  EXPECT_TRUE(three_columns.code() == ErrorCode::bad_shape || three_columns.code() == ErrorCode::schedule_mismatch)
+      << three_columns.to_string();
+  schedule = dsa::make_view(schedule_storage.entries.data(), dsa::DType::int32, {8});
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_shape, "paged_mqa_logits", "schedule"));
+  schedule = with_dtype(schedule_storage.view(), dsa::DType::int64);
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_dtype, "paged_mqa_logits", "schedule"));
+  schedule = with_data(schedule_storage.view(), nullptr);
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::null_pointer, "paged_mqa_logits", "schedule"));
+}
+
+TEST_P(ScoringValidation, IndexTopkRules) {
+  EXPECT_TRUE(fails_with(call_index_topk(0), ErrorCode::k_out_of_range, "index_topk", "k"));
+  EXPECT_EQ(call_index_topk(2049).code(), ErrorCode::k_out_of_range);
+  EXPECT_EQ(call_index_topk(17).code(), ErrorCode::k_out_of_range);  // wider than indices
+  const dsa::TensorView good_lens = topk_lens;
+  w.causal_lens[2] = w.context_lens[2] + 1;
+  EXPECT_TRUE(fails_with(call_index_topk(), ErrorCode::length_out_of_range, "index_topk", "topk_lens"));
+  w.causal_lens[2] = w.context_lens[2];
+  topk_lens = with_shape(good_lens, {w.rows() - 1});
+  EXPECT_TRUE(fails_with(call_index_topk(), ErrorCode::bad_shape, "index_topk", "topk_lens"));
+  topk_lens = with_dtype(good_lens, dsa::DType::int64);
+  EXPECT_TRUE(fails_with(call_index_topk(), ErrorCode::bad_dtype, "index_topk", "topk_lens"));
+  topk_lens = good_lens;
+  const dsa::TensorView good_indices = indices;
+  indices = with_shape(good_indices, {w.rows() - 1, 16});
+  EXPECT_TRUE(fails_with(call_index_topk(), ErrorCode::bad_shape, "index_topk", "indices"));
+  indices = with_dtype(good_indices, dsa::DType::int64);
+  EXPECT_TRUE(fails_with(call_index_topk(), ErrorCode::bad_dtype, "index_topk", "indices"));
+  indices = with_data(good_indices, nullptr);
+  EXPECT_TRUE(fails_with(call_index_topk(), ErrorCode::null_pointer, "index_topk", "indices"));
+  indices = good_indices;
+  topk_lens = dsa::TensorView{};
+  EXPECT_TRUE(call_index_topk().ok());
+}
+
+TEST_P(ScoringValidation, DevicesTheBackendCannotUse) {
+  q = on_cuda(q);  // one tensor on another device
+  EXPECT_EQ(call_logits().code(), ErrorCode::bad_device);
+  ctx.backend = dsa::Backend::automatic;
+  EXPECT_EQ(call_logits().code(), ErrorCode::bad_device);
+  ctx.backend = GetParam();
+  q = w.q_fp8_view();
+  cache = on_cuda(cache);
+  weights = on_cuda(weights);
+  lens = on_cuda(lens);
+  table = on_cuda(table);
+  schedule = on_cuda(schedule);
+  logits = on_cuda(logits);
+  q = on_cuda(q);
+  EXPECT_EQ(call_logits().code(), ErrorCode::bad_device);  // CPU backend, CUDA tensors
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, ScoringValidation, ::testing::ValuesIn(cpu_backends()), backend_label);
+
+// CUDA backends asked for host tensors: an error (bad_device or unsupported), never a crash.
+TEST(DeviceValidation, CudaBackendsWithHostTensorsFail) {
+  Workload w = make_workload(WorkloadSpec{.batch = 2, .next_n = 1, .seed = 4});
+  Schedule schedule;
+  ASSERT_TRUE(plan(w.context_lens, w.batch, 1, 2, dsa::LogitsPath::native, cpu_context(dsa::Backend::cpu), &schedule)
+                  .ok());
+  OwnedView logits = float_matrix(w.rows(), w.max_context_len, w.max_context_len, 0.0f);
+  OwnedView indices = int32_matrix(w.rows(), 8, 8, 0);
+  std::vector<std::int32_t> prefix{3, 4}, out(2);
+  for (const dsa::Backend backend : {dsa::Backend::cuda_generic, dsa::Backend::cuda_hopper}) {
+    dsa::ExecContext ctx;
+    ctx.backend = backend;
+    const dsa::Status scored = dsa::paged_mqa_logits(w.q_fp8_view(), w.cache_view_2d(), w.weights_view(),
+                                                     w.context_lens_view(), w.block_table_view(), schedule.view(),
+                                                     w.max_context_len, logits.view, dsa::LogitsOptions{}, ctx);
+    EXPECT_FALSE(scored.ok());
+    EXPECT_TRUE(scored.code() == ErrorCode::bad_device || scored.code() == ErrorCode::unsupported) << scored.to_string();
+    EXPECT_FALSE(dsa::topk(logits.view, w.causal_lens_view(), 8, indices.view, dsa::TopkOptions{}, ctx).ok());
+    EXPECT_FALSE(dsa::causal_context_lens(view_of(prefix, {2}), 1, view_of(out, {2, 1}), ctx).ok());
+    EXPECT_FALSE(dsa::plan_schedule(w.context_lens_view(), 2, dsa::LogitsPath::native, schedule.view(), ctx).ok());
+  }
+}
+
+class TopkValidation : public ::testing::TestWithParam<dsa::Backend> {
+ protected:
+  void SetUp() override {
+    ctx = cpu_context(GetParam());
+    values = float_matrix(4, 300, 300, 1.0f);
+    logits = values.view;
+    lengths_storage = {300, 0, 17, 299};
+    lengths = view_of(lengths_storage, {4});
+    output = int32_matrix(4, 32, 32, 0);
+    indices = output.view;
+  }
+  dsa::Status call(int k = 32) { return dsa::topk(logits, lengths, k, indices, options, ctx); }
+
+  dsa::ExecContext ctx;
+  OwnedView values, output;
+  std::vector<std::int32_t> lengths_storage;
+  dsa::TensorView logits, lengths, indices;
+  dsa::TopkOptions options;
+};
+
+TEST_P(TopkValidation, KOutOfRange) {
+  EXPECT_TRUE(call().ok());
+  EXPECT_TRUE(fails_with(call(0), ErrorCode::k_out_of_range, "topk", "k"));
+  EXPECT_EQ(call(-1).code(), ErrorCode::k_out_of_range);
+  EXPECT_EQ(call(33).code(), ErrorCode::k_out_of_range);
+  OwnedView wide = int32_matrix(4, 2100, 2100, 0);
+  indices = wide.view;
+  EXPECT_TRUE(call(2048).ok());
+  EXPECT_TRUE(fails_with(call(2049), ErrorCode::k_out_of_range, "topk", "k"));
+}
+
+TEST_P(TopkValidation, LengthsBeyondTheRow) {
+  lengths_storage[2] = 301;
+  EXPECT_TRUE(fails_with(call(), ErrorCode::length_out_of_range, "topk", "lengths"));
+  lengths_storage[2] = -1;
+  EXPECT_TRUE(fails_with(call(), ErrorCode::length_out_of_range, "topk", "lengths"));
+}
+
+TEST_P(TopkValidation, ShapeDtypeStrideAndNullRules) {
+  const dsa::TensorView good_logits = logits, good_lengths = lengths, good_indices = indices;
+  logits = with_dtype(good_logits, dsa::DType::int32);
+  EXPECT_TRUE(fails_with(call(), ErrorCode::bad_dtype, "topk", "logits"));
+  logits = dsa::make_view(good_logits.data, dsa::DType::float32, {4, 150}, {300, 2});
+  EXPECT_TRUE(fails_with(call(), ErrorCode::bad_stride, "topk", "logits"));
+  logits = with_shape(good_logits, {1200});
+  EXPECT_TRUE(fails_with(call(), ErrorCode::bad_shape, "topk", "logits"));
+  logits = with_data(good_logits, nullptr);
+  EXPECT_TRUE(fails_with(call(), ErrorCode::null_pointer, "topk", "logits"));
+  logits = good_logits;
+
+  lengths = with_dtype(good_lengths, dsa::DType::int64);
+  EXPECT_TRUE(fails_with(call(), ErrorCode::bad_dtype, "topk", "lengths"));
+  lengths = with_shape(good_lengths, {3});
+  EXPECT_TRUE(fails_with(call(), ErrorCode::bad_shape, "topk", "lengths"));
+  lengths = with_data(good_lengths, nullptr);
+  EXPECT_TRUE(fails_with(call(), ErrorCode::null_pointer, "topk", "lengths"));
+  lengths = good_lengths;
+
+  indices = with_dtype(good_indices, dsa::DType::int64);
+  EXPECT_TRUE(fails_with(call(), ErrorCode::bad_dtype, "topk", "indices"));
+  indices = with_shape(good_indices, {3, 32});
+  EXPECT_TRUE(fails_with(call(), ErrorCode::bad_shape, "topk", "indices"));
+  indices = dsa::make_view(good_indices.data, dsa::DType::int32, {4, 16}, {32, 2});
+  EXPECT_TRUE(fails_with(call(16), ErrorCode::bad_stride, "topk", "indices"));
+  indices = with_data(good_indices, nullptr);
+  EXPECT_TRUE(fails_with(call(), ErrorCode::null_pointer, "topk", "indices"));
+}
+
+TEST_P(TopkValidation, BlockTableTransformRules) {
+  std::vector<std::int32_t> table(2 * 5, 7);
+  options.block_table = view_of(table, {2, 5});
+  options.rows_per_request = 2;
+  EXPECT_TRUE(call().ok());
+  options.rows_per_request = 0;
+  EXPECT_FALSE(call().ok());
+  options.rows_per_request = 1;  // 4 rows need 4 requests, the table has 2
+  EXPECT_TRUE(fails_with(call(), ErrorCode::bad_shape, "topk", "block_table"));
+  options.rows_per_request = 2;
+  options.block_table = view_of(table, {2, 4});  // a length of 300 needs 5 pages
+  EXPECT_TRUE(fails_with(call(), ErrorCode::length_out_of_range, "topk", "block_table"));
+  options.block_table = with_dtype(view_of(table, {2, 5}), dsa::DType::int64);
+  EXPECT_TRUE(fails_with(call(), ErrorCode::bad_dtype, "topk", "block_table"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, TopkValidation, ::testing::ValuesIn(cpu_backends()), backend_label);
+
+class OtherOpsValidation : public ::testing::TestWithParam<dsa::Backend> {
+ protected:
+  dsa::ExecContext ctx = cpu_context(GetParam());
+};
+
+TEST_P(OtherOpsValidation, StoreKeysRules) {
+  constexpr std::int64_t kPages = 3, kBytes = 64 * 132;
+  std::vector<std::uint8_t> cache_bytes(kPages * kBytes);
+  std::vector<float> keys(4 * 256, 0.5f);
+  std::vector<std::int32_t> slots{0, 5, -1, kPages * 64 - 1};
+  const dsa::TensorView cache = dsa::make_view(cache_bytes.data(), dsa::DType::uint8, {kPages, kBytes});
+  const dsa::TensorView good_keys = view_of(keys, {4, 128});
+  const dsa::TensorView good_slots = view_of(slots, {4});
+  auto store = [&](const dsa::TensorView& k, const dsa::TensorView& s, const dsa::TensorView& c) {
+    return dsa::store_index_keys(k, s, c, dsa::StoreKeysOptions{}, ctx);
+  };
+  EXPECT_TRUE(store(good_keys, good_slots, cache).ok());
+  slots[1] = kPages * 64;
+  EXPECT_TRUE(fails_with(store(good_keys, good_slots, cache), ErrorCode::page_out_of_range, "store_index_keys",
+                         "slot_mapping"));
+  slots[1] = 5;
+  EXPECT_TRUE(fails_with(store(with_dtype(good_keys, dsa::DType::int32), good_slots, cache), ErrorCode::bad_dtype,
+                         "store_index_keys", "keys"));
+  EXPECT_TRUE(fails_with(store(with_shape(good_keys, {4, 120}), good_slots, cache), ErrorCode::bad_shape,
+                         "store_index_keys", "keys"));
+  std::vector<std::uint8_t> wide_cache(kPages * 64 * 276);
+  EXPECT_TRUE(fails_with(store(with_shape(good_keys, {2, 272}), with_shape(good_slots, {2}),
+                               dsa::make_view(wide_cache.data(), dsa::DType::uint8, {kPages, 64 * 276})),
+                         ErrorCode::bad_shape, "store_index_keys", "keys"));
+  EXPECT_TRUE(fails_with(store(dsa::make_view(keys.data(), dsa::DType::float32, {4, 128}, {256, 2}), good_slots, cache),
+                         ErrorCode::bad_stride, "store_index_keys", "keys"));
+  EXPECT_TRUE(fails_with(store(good_keys, with_dtype(good_slots, dsa::DType::float32), cache), ErrorCode::bad_dtype,
+                         "store_index_keys", "slot_mapping"));
+  EXPECT_TRUE(fails_with(store(good_keys, with_shape(good_slots, {3}), cache), ErrorCode::bad_shape,
+                         "store_index_keys", "slot_mapping"));
+  EXPECT_TRUE(fails_with(store(good_keys, good_slots,
+                               dsa::make_view(cache_bytes.data(), dsa::DType::uint8, {kPages, 64, 1, 100})),
+                         ErrorCode::bad_shape, "store_index_keys", "cache"));
+  EXPECT_TRUE(fails_with(store(good_keys, good_slots,
+                               dsa::make_view(cache_bytes.data(), dsa::DType::uint8, {kPages - 1, kBytes}, {kBytes + 4, 1})),
+                         ErrorCode::bad_alignment, "store_index_keys", "cache"));
+  EXPECT_TRUE(fails_with(store(with_data(good_keys, nullptr), good_slots, cache), ErrorCode::null_pointer,
+                         "store_index_keys", "keys"));
+  EXPECT_TRUE(fails_with(store(good_keys, good_slots, with_data(cache, nullptr)), ErrorCode::null_pointer,
+                         "store_index_keys", "cache"));
+  EXPECT_EQ(store(good_keys, good_slots, on_cuda(cache)).code(), ErrorCode::bad_device);
+}
+
+TEST_P(OtherOpsValidation, QuantizeQueriesRules) {
+  std::vector<float> q(2 * 1 * 4 * 128, 1.0f), gate(2 * 4, 1.0f), weights(2 * 4);
+  std::vector<std::uint8_t> q_fp8(q.size());
+  const dsa::TensorView good_q = dsa::make_view(q.data(), dsa::DType::float32, {2, 1, 4, 128});
+  const dsa::TensorView good_gate = view_of(gate, {2, 4});
+  const dsa::TensorView good_out = dsa::make_view(q_fp8.data(), dsa::DType::float8_e4m3, {2, 1, 4, 128});
+  const dsa::TensorView good_weights = view_of(weights, {2, 4});
+  auto quantize = [&](const dsa::TensorView& a, const dsa::TensorView& b, const dsa::TensorView& c,
+                      const dsa::TensorView& d) {
+    return dsa::quantize_queries(a, b, c, d, dsa::QuantizeQueriesOptions{}, ctx);
+  };
+  EXPECT_TRUE(quantize(good_q, good_gate, good_out, good_weights).ok());
+  EXPECT_TRUE(fails_with(quantize(with_dtype(good_q, dsa::DType::int32), good_gate, good_out, good_weights),
+                         ErrorCode::bad_dtype, "quantize_queries", "q"));
+  EXPECT_TRUE(fails_with(quantize(good_q, with_dtype(good_gate, dsa::DType::int32), good_out, good_weights),
+                         ErrorCode::bad_dtype, "quantize_queries", "head_gate"));
+  EXPECT_TRUE(fails_with(quantize(good_q, good_gate, with_dtype(good_out, dsa::DType::uint8), good_weights),
+                         ErrorCode::bad_dtype, "quantize_queries", "q_fp8"));
+  EXPECT_TRUE(fails_with(quantize(good_q, good_gate, good_out, with_shape(good_weights, {2, 3})),
+                         ErrorCode::bad_shape, "quantize_queries", "weights"));
+  EXPECT_TRUE(fails_with(quantize(good_q, with_shape(good_gate, {1, 4}), good_out, good_weights),
+                         ErrorCode::bad_shape, "quantize_queries", "head_gate"));
+  EXPECT_TRUE(fails_with(quantize(good_q, good_gate, with_shape(good_out, {2, 1, 4, 64}), good_weights),
+                         ErrorCode::bad_shape, "quantize_queries", "q_fp8"));
+  EXPECT_TRUE(fails_with(quantize(dsa::make_view(q.data(), dsa::DType::float32, {2, 1, 4, 64}, {512, 512, 128, 2}),
+                                  good_gate, with_shape(good_out, {2, 1, 4, 64}), good_weights),
+                         ErrorCode::bad_stride, "quantize_queries", "q"));
+  EXPECT_TRUE(fails_with(quantize(good_q, good_gate, good_out, with_data(good_weights, nullptr)),
+                         ErrorCode::null_pointer, "quantize_queries", "weights"));
+}
+
+TEST_P(OtherOpsValidation, LengthsRules) {
+  std::vector<std::int32_t> prefix{1, 2, 3}, out(3 * 4);
+  EXPECT_TRUE(dsa::causal_context_lens(view_of(prefix, {3}), 4, view_of(out, {3, 4}), ctx).ok());
+  EXPECT_TRUE(fails_with(dsa::causal_context_lens(view_of(prefix, {3}), 0, view_of(out, {3, 0}), ctx),
+                         ErrorCode::invalid_argument, "causal_context_lens", "next_n"));
+  EXPECT_TRUE(fails_with(dsa::expanded_context_lens(view_of(prefix, {3}), 4, view_of(out, {3, 3}), ctx),
+                         ErrorCode::bad_shape, "expanded_context_lens", "out"));
+  EXPECT_TRUE(fails_with(dsa::legacy_context_lens(view_of(prefix, {3}), 4, view_of(out, {2, 4}), ctx),
+                         ErrorCode::bad_shape, "legacy_context_lens", "out"));
+  EXPECT_TRUE(fails_with(dsa::legacy_context_lens(with_dtype(view_of(prefix, {3}), dsa::DType::int64), 4,
+                                                  view_of(out, {3, 4}), ctx),
+                         ErrorCode::bad_dtype, "legacy_context_lens", "lens"));
+  EXPECT_TRUE(fails_with(dsa::causal_context_lens(view_of(prefix, {3}), 4, with_data(view_of(out, {3, 4}), nullptr), ctx),
+                         ErrorCode::null_pointer, "causal_context_lens", "out"));
+}
+
+TEST_P(OtherOpsValidation, PlanScheduleRules) {
+  std::vector<std::int32_t> lens{100, 200, 300, 400}, schedule(2 * 5);
+  const dsa::TensorView lens_view = view_of(lens, {2, 2});
+  EXPECT_TRUE(dsa::plan_schedule(lens_view, 4, dsa::LogitsPath::native, view_of(schedule, {5, 2}), ctx).ok());
+  EXPECT_TRUE(fails_with(dsa::plan_schedule(lens_view, 0, dsa::LogitsPath::native, view_of(schedule, {1, 2}), ctx),
+                         ErrorCode::invalid_argument, "plan_schedule", "num_workers"));
+  EXPECT_TRUE(fails_with(dsa::plan_schedule(lens_view, 4, dsa::LogitsPath::native, view_of(schedule, {4, 2}), ctx),
+                         ErrorCode::bad_shape, "plan_schedule", "schedule"));
+  EXPECT_TRUE(fails_with(dsa::plan_schedule(with_dtype(lens_view, dsa::DType::float32), 4, dsa::LogitsPath::native,
+                                            view_of(schedule, {5, 2}), ctx),
+                         ErrorCode::bad_dtype, "plan_schedule", "context_lens"));
+  EXPECT_TRUE(fails_with(dsa::plan_schedule(lens_view, 4, dsa::LogitsPath::native,
+                                            with_data(view_of(schedule, {5, 2}), nullptr), ctx),
+                         ErrorCode::null_pointer, "plan_schedule", "schedule"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, OtherOpsValidation, ::testing::ValuesIn(cpu_backends()), backend_label);
+
+}  // namespace
+}  // namespace dsa_test

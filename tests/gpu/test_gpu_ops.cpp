@@ -1,0 +1,258 @@
+// The CUDA backends' key store, query quantization, length builders and
+// device schedule planner against the host references.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gpu/gpu_test_support.hpp"
+
+namespace dsa_test::gpu {
+namespace {
+
+using dsa::Backend;
+using dsa::DType;
+
+std::vector<std::uint16_t> to_bf16(const std::vector<float>& values) {
+  std::vector<std::uint16_t> out(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) out[i] = bf16_encode(values[i]);
+  return out;
+}
+std::vector<float> bf16_values(const std::vector<float>& values) {
+  std::vector<float> out(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) out[i] = bf16_round(values[i]);
+  return out;
+}
+
+// ---- store_index_keys -----------------------------------------------------
+
+struct StoreCase {
+  int head_dim;
+  DType keys_dtype;
+  DType slots_dtype;
+  bool power_of_two;
+};
+
+class GpuStoreKeys : public ::testing::TestWithParam<StoreCase> {};
+
+TEST_P(GpuStoreKeys, BitExactWithReference) {
+  DSA_REQUIRE_GPU();
+  const StoreCase c = GetParam();
+  Rng rng(c.head_dim * 7 + static_cast<int>(c.keys_dtype));
+  CacheGeometry geometry;
+  geometry.head_dim = c.head_dim;
+  geometry.num_pages = 5;
+  geometry.page_stride = std::int64_t{kTokensPerPage} * (c.head_dim + 4) + 16;
+  const std::int64_t tokens = 150;
+  std::vector<float> keys(static_cast<std::size_t>(tokens * c.head_dim));
+  for (std::int64_t t = 0; t < tokens; ++t) random_vector(rng, keys.data() + t * c.head_dim, c.head_dim);
+  // Distinct slots in random order, some tokens padding (-1).
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(geometry.num_slots()));
+  for (std::size_t i = 0; i < slots.size(); ++i) slots[i] = static_cast<std::int64_t>(i);
+  std::shuffle(slots.begin(), slots.end(), rng);
+  slots.resize(static_cast<std::size_t>(tokens));
+  for (std::size_t i = 0; i < slots.size(); i += 11) slots[i] = -1;
+
+  std::vector<std::uint8_t> expected(static_cast<std::size_t>(geometry.bytes()));
+  for (std::size_t i = 0; i < expected.size(); ++i) expected[i] = static_cast<std::uint8_t>(i * 29 + 3);
+  const dsa::DeviceBuffer cache = device_copy(expected);
+  const std::vector<float> stored_keys = c.keys_dtype == DType::bfloat16 ? bf16_values(keys) : keys;
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    if (slots[t] >= 0) store_token(stored_keys.data() + t * c.head_dim, slots[t], geometry, c.power_of_two, expected.data());
+  }
+
+  const dsa::DeviceBuffer keys_device =
+      c.keys_dtype == DType::bfloat16 ? device_copy(to_bf16(keys)) : device_copy(keys);
+  std::vector<std::int32_t> slots32(slots.begin(), slots.end());
+  const dsa::DeviceBuffer slots_device = c.slots_dtype == DType::int32 ? device_copy(slots32) : device_copy(slots);
+  GpuContext gpu(Backend::cuda_generic, 0);
+  gpu.ctx.check_device_errors = true;
+  dsa::StoreKeysOptions options;
+  options.power_of_two_scales = c.power_of_two;
+  DSA_GPU_ASSERT_OK(dsa::store_index_keys(device_view(keys_device, c.keys_dtype, {tokens, c.head_dim}),
+                                          device_view(slots_device, c.slots_dtype, {tokens}),
+                                          device_view(cache, DType::uint8, {geometry.num_pages, geometry.page_stride}),
+                                          options, gpu.ctx));
+  const std::vector<std::uint8_t> got = host_copy<std::uint8_t>(cache);
+  ASSERT_EQ(got.size(), expected.size());
+  for (std::size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], expected[i]) << "cache byte " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, GpuStoreKeys,
+                         ::testing::Values(StoreCase{128, DType::float32, DType::int64, false},
+                                           StoreCase{128, DType::bfloat16, DType::int32, false},
+                                           StoreCase{128, DType::float32, DType::int32, true},
+                                           StoreCase{64, DType::bfloat16, DType::int64, true},
+                                           StoreCase{48, DType::float32, DType::int64, false}));
+
+TEST(GpuStoreKeysErrors, SlotBeyondCacheIsRecordedAndSkipped) {
+  DSA_REQUIRE_GPU();
+  const int head_dim = 128;
+  CacheGeometry geometry;
+  geometry.head_dim = head_dim;
+  geometry.num_pages = 2;
+  geometry.page_stride = std::int64_t{kTokensPerPage} * (head_dim + 4);
+  Rng rng(5);
+  std::vector<float> keys(3 * head_dim);
+  for (int t = 0; t < 3; ++t) random_vector(rng, keys.data() + t * head_dim, head_dim);
+  const std::vector<std::int64_t> slots = {3, geometry.num_slots() + 10, 100};
+  std::vector<std::uint8_t> expected(static_cast<std::size_t>(geometry.bytes()), 0xAB);
+  const dsa::DeviceBuffer cache = device_copy(expected);
+  store_token(keys.data(), 3, geometry, false, expected.data());
+  store_token(keys.data() + 2 * head_dim, 100, geometry, false, expected.data());
+  const dsa::DeviceBuffer keys_device = device_copy(keys);
+  const dsa::DeviceBuffer slots_device = device_copy(slots);
+  for (bool check : {true, false}) {
+    GpuContext gpu(Backend::cuda_generic, 0);
+    gpu.ctx.check_device_errors = check;
+    const dsa::Status status = dsa::store_index_keys(
+        device_view(keys_device, DType::float32, {3, head_dim}), device_view(slots_device, DType::int64, {3}),
+        device_view(cache, DType::uint8, {geometry.num_pages, geometry.page_stride}), {}, gpu.ctx);
+    const dsa::Status reported = check ? status : dsa::read_device_error(gpu.ctx);
+    if (!check) DSA_GPU_ASSERT_OK(status);
+    EXPECT_EQ(reported.code(), dsa::ErrorCode::page_out_of_range) << reported.to_string();
+    EXPECT_EQ(host_copy<std::uint8_t>(cache), expected);
+  }
+}
+
+// ---- quantize_queries -------------------------------------------------------
+
+TEST(GpuQuantizeQueries, BitExactWithReference) {
+  DSA_REQUIRE_GPU();
+  for (DType dtype : {DType::float32, DType::bfloat16}) {
+    for (bool power_of_two : {false, true}) {
+      const std::int64_t batch = 3, next_n = 2;
+      const int heads = 64, head_dim = 128;
+      const std::int64_t rows = batch * next_n;
+      Rng rng(11 + power_of_two);
+      std::vector<float> q(static_cast<std::size_t>(rows * heads * head_dim));
+      for (std::int64_t i = 0; i < rows * heads; ++i) random_vector(rng, q.data() + i * head_dim, head_dim);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::vector<float> gate(static_cast<std::size_t>(rows * heads));
+      for (auto& g : gate) g = normal(rng);
+      const std::vector<float> q_used = dtype == DType::bfloat16 ? bf16_values(q) : q;
+      const std::vector<float> gate_used = dtype == DType::bfloat16 ? bf16_values(gate) : gate;
+      std::vector<std::uint8_t> want_fp8(q.size());
+      std::vector<float> want_weights(gate.size());
+      const float weight_scale = default_weight_scale(heads, head_dim);
+      quantize_queries(q_used.data(), gate_used.data(), rows, heads, head_dim, power_of_two, weight_scale,
+                       want_fp8.data(), want_weights.data());
+
+      const dsa::DeviceBuffer q_device = dtype == DType::bfloat16 ? device_copy(to_bf16(q)) : device_copy(q);
+      const dsa::DeviceBuffer gate_device = dtype == DType::bfloat16 ? device_copy(to_bf16(gate)) : device_copy(gate);
+      const dsa::DeviceBuffer fp8 = device_filled(q.size(), 0xEE);
+      const dsa::DeviceBuffer weights = device_filled(gate.size() * 4, 0xEE);
+      GpuContext gpu(Backend::cuda_generic, 0);
+      gpu.ctx.check_device_errors = true;
+      dsa::QuantizeQueriesOptions options;
+      options.power_of_two_scales = power_of_two;
+      DSA_GPU_ASSERT_OK(dsa::quantize_queries(device_view(q_device, dtype, {batch, next_n, heads, head_dim}),
+                                              device_view(gate_device, dtype, {rows, heads}),
+                                              device_view(fp8, DType::float8_e4m3, {batch, next_n, heads, head_dim}),
+                                              device_view(weights, DType::float32, {rows, heads}), options, gpu.ctx));
+      EXPECT_EQ(host_copy<std::uint8_t>(fp8), want_fp8);
+      const std::vector<float> got_weights = host_copy<float>(weights);
+      ASSERT_EQ(got_weights.size(), want_weights.size());
+      EXPECT_EQ(0, std::memcmp(got_weights.data(), want_weights.data(), 4 * got_weights.size()))
+          << "weights differ bitwise (dtype " << dsa::dtype_name(dtype) << ")";
+    }
+  }
+}
+
+// ---- context lengths --------------------------------------------------------
+
+TEST(GpuContextLens, ThreeConventions) {
+  DSA_REQUIRE_GPU();
+  std::vector<std::int32_t> prefix = {0, 1, 2, 7, 64, 1000, 65535};
+  // A strided input: every other element.
+  std::vector<std::int32_t> strided(2 * prefix.size(), -99);
+  for (std::size_t i = 0; i < prefix.size(); ++i) strided[2 * i] = prefix[i];
+  const dsa::DeviceBuffer input = device_copy(strided);
+  const auto batch = static_cast<std::int64_t>(prefix.size());
+  for (int next_n : {1, 2, 4, 8}) {
+    const dsa::TensorView in = device_view(input, DType::int32, {batch}, {2});
+    const dsa::DeviceBuffer out = device_filled(4 * batch * next_n, 0xFF);
+    const dsa::TensorView out_view = device_view(out, DType::int32, {batch, next_n});
+    GpuContext gpu(Backend::cuda_generic, 0);
+    gpu.ctx.check_device_errors = true;
+    DSA_GPU_ASSERT_OK(dsa::causal_context_lens(in, next_n, out_view, gpu.ctx));
+    EXPECT_EQ(host_copy<std::int32_t>(out), causal_lens(prefix, next_n));
+    DSA_GPU_ASSERT_OK(dsa::expanded_context_lens(in, next_n, out_view, gpu.ctx));
+    EXPECT_EQ(host_copy<std::int32_t>(out), expanded_lens(prefix, next_n));
+    DSA_GPU_ASSERT_OK(dsa::legacy_context_lens(in, next_n, out_view, gpu.ctx));
+    EXPECT_EQ(host_copy<std::int32_t>(out), legacy_lens(prefix, next_n));
+  }
+}
+
+TEST(GpuContextLens, NegativeInputIsRecorded) {
+  DSA_REQUIRE_GPU();
+  const std::vector<std::int32_t> prefix = {5, -3, 9};
+  const dsa::DeviceBuffer input = device_copy(prefix);
+  const dsa::DeviceBuffer out = device_filled(4 * 3 * 2, 0xFF);
+  GpuContext gpu(Backend::cuda_generic, 0);
+  gpu.ctx.check_device_errors = true;
+  const dsa::Status status = dsa::causal_context_lens(device_view(input, DType::int32, {3}), 2,
+                                                      device_view(out, DType::int32, {3, 2}), gpu.ctx);
+  EXPECT_EQ(status.code(), dsa::ErrorCode::invalid_argument) << status.to_string();
+  EXPECT_EQ(host_copy<std::int32_t>(out), (std::vector<std::int32_t>{6, 7, 1, 2, 10, 11}));  // clamped to 0
+}
+
+// ---- plan_schedule ----------------------------------------------------------
+
+// The device planner writes exactly the host plan.
+TEST(GpuPlanSchedule, MatchesHostPlan) {
+  DSA_REQUIRE_GPU();
+  Rng rng(3);
+  const std::int64_t batches[] = {0, 1, 5, 333, 30000};
+  for (const std::int64_t batch : batches) {
+    for (int next_n : {1, 2, 4, 7}) {
+      if (batch * next_n > 60000 && next_n > 2) continue;
+      std::vector<std::int32_t> lens(static_cast<std::size_t>(batch * next_n));
+      std::uniform_int_distribution<std::int32_t> length(0, 3000);
+      for (std::size_t i = 0; i < lens.size(); ++i) lens[i] = i % 5 == 0 ? 0 : length(rng);
+      if (!lens.empty()) lens[0] = 0;  // an empty first unit
+      const dsa::DeviceBuffer lens_device = device_copy(lens.empty() ? std::vector<std::int32_t>{0} : lens);
+      for (int workers : {1, 3, 132, 1000}) {
+        for (dsa::LogitsPath path : {dsa::LogitsPath::native, dsa::LogitsPath::per_token}) {
+          std::vector<std::int32_t> host(static_cast<std::size_t>(2 * (workers + 1)), -5);
+          dsa::ExecContext cpu;
+          cpu.backend = Backend::cpu_reference;
+          std::vector<std::int32_t> host_lens = lens;
+          host_lens.reserve(1);
+          DSA_GPU_ASSERT_OK(dsa::plan_schedule(dsa::make_view(host_lens.data(), DType::int32, {batch, next_n}), workers,
+                                               path, dsa::make_view(host.data(), DType::int32, {workers + 1, 2}), cpu));
+          GpuContext gpu(Backend::cuda_generic, 0);
+          gpu.ctx.check_device_errors = true;
+          const dsa::DeviceBuffer schedule = device_filled(host.size() * 4, 0xFF);
+          DSA_GPU_ASSERT_OK(dsa::plan_schedule(device_view(lens_device, DType::int32, {batch, next_n}), workers, path,
+                                               device_view(schedule, DType::int32, {workers + 1, 2}), gpu.ctx));
+          ASSERT_EQ(host_copy<std::int32_t>(schedule), host)
+              << "batch " << batch << " next_n " << next_n << " workers " << workers << " "
+              << dsa::logits_path_name(path);
+          // Walking the plan covers every item once.
+          const auto counts = items_per_worker(host.data(), workers, lens, batch, next_n,
+                                               path == dsa::LogitsPath::per_token);
+          std::int64_t covered = 0;
+          for (const auto n : counts) covered += n;
+          std::int64_t total = 0;
+          const std::int64_t units = path == dsa::LogitsPath::per_token ? batch * next_n : batch;
+          for (std::int64_t u = 0; u < units; ++u) {
+            std::int64_t longest = 0;
+            if (path == dsa::LogitsPath::per_token) {
+              longest = lens[u];
+            } else {
+              for (int j = 0; j < next_n; ++j) longest = std::max<std::int64_t>(longest, lens[u * next_n + j]);
+            }
+            total += (longest + 255) / 256;
+          }
+          EXPECT_EQ(covered, total);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dsa_test::gpu

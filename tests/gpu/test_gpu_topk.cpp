@@ -1,0 +1,363 @@
+// CUDA top-k against the independent host reference: every value
+// distribution that trips radix selection (ties, equal rows, narrow ranges,
+// random low bits only, -inf and NaN), short and long rows mixed in one call,
+// float32 and bfloat16, sorted and unsorted output, physical slots, device-side
+// length validation and bitwise repeatability.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/reference.hpp"
+#include "dsa/dsa.hpp"
+#include "gpu/gpu_test_support.hpp"
+
+namespace dsa_test::gpu {
+namespace {
+
+enum class Spread { uniform, few_values, all_equal, tiny, offset, low_bits, infinities_and_nans };
+
+const char* spread_name(Spread s) {
+  switch (s) {
+    case Spread::uniform: return "uniform";
+    case Spread::few_values: return "few_values";
+    case Spread::all_equal: return "all_equal";
+    case Spread::tiny: return "tiny";
+    case Spread::offset: return "offset";
+    case Spread::low_bits: return "low_bits";
+    case Spread::infinities_and_nans: return "infinities_and_nans";
+  }
+  return "?";
+}
+
+constexpr Spread kAllSpreads[] = {Spread::uniform,  Spread::few_values, Spread::all_equal,
+                                  Spread::tiny,     Spread::offset,     Spread::low_bits,
+                                  Spread::infinities_and_nans};
+
+float draw(Spread spread, std::mt19937& rng) {
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  switch (spread) {
+    case Spread::uniform: return 10.0f * unit(rng);
+    case Spread::few_values: return static_cast<float>(rng() % 4);  // heavy ties
+    case Spread::all_equal: return 0.25f;
+    case Spread::tiny: return 1e-8f * unit(rng);
+    case Spread::offset: return 100.0f + unit(rng);
+    case Spread::low_bits: {  // 1.0 with only the lowest 8 mantissa bits random
+      const std::uint32_t bits = 0x3f800000u | (rng() & 0xffu);
+      float value;
+      std::memcpy(&value, &bits, sizeof value);
+      return value;
+    }
+    case Spread::infinities_and_nans: {
+      switch (rng() % 8) {
+        case 0: return -std::numeric_limits<float>::infinity();
+        case 1: return std::numeric_limits<float>::quiet_NaN();
+        case 2: return -std::numeric_limits<float>::quiet_NaN();
+        case 3: return -0.0f;
+        case 4: return 0.0f;
+        case 5: return std::numeric_limits<float>::infinity();
+        default: return static_cast<float>(static_cast<int>(rng() % 3) - 1);
+      }
+    }
+  }
+  return 0.0f;
+}
+
+// The order the selection is defined under, as a comparable value.
+float ordered(float value) {
+  return std::isnan(value) ? -std::numeric_limits<float>::infinity() : value;
+}
+
+struct TopkCase {
+  std::int64_t cols = 0;
+  std::vector<std::int32_t> lengths;
+  int k = 1;
+  dsa::DType dtype = dsa::DType::float32;
+  bool sorted = false;
+  bool physical_slots = false;
+  Spread spread = Spread::uniform;
+  std::uint32_t seed = 1;
+};
+
+constexpr int kRowsPerRequest = 2;
+constexpr int kExtraColumns = 3;  // output columns past k that must stay untouched
+constexpr std::int32_t kPoison = 0x7b7b7b7b;
+
+// Host inputs and the device call for one case.
+class TopkRun {
+ public:
+  explicit TopkRun(const TopkCase& c) : c_(c) {
+    rows_ = static_cast<std::int64_t>(c.lengths.size());
+    stride_ = c.cols + 3;  // rows start at every alignment
+    std::mt19937 rng(c.seed);
+    values_.assign(static_cast<std::size_t>(rows_ * stride_), 0.0f);
+    for (auto& v : values_) v = draw(c.spread, rng);
+    if (c.dtype == dsa::DType::bfloat16) {
+      bf16_.resize(values_.size());
+      for (std::size_t i = 0; i < values_.size(); ++i) {
+        bf16_[i] = bf16_encode(values_[i]);
+        values_[i] = bf16_decode(bf16_[i]);
+      }
+    }
+    max_blocks_ = std::max<std::int64_t>((c.cols + 63) / 64, 1);
+    const std::int64_t requests = (rows_ + kRowsPerRequest - 1) / kRowsPerRequest;
+    block_table_.resize(static_cast<std::size_t>(requests * max_blocks_));
+    for (auto& entry : block_table_) entry = static_cast<std::int32_t>(rng() % 100000);
+  }
+
+  // Runs the operation on a poisoned output; returns [rows, k + kExtraColumns].
+  std::vector<std::int32_t> run(dsa::Status* status, bool check_device_errors = false) const {
+    const bool bf16 = c_.dtype == dsa::DType::bfloat16;
+    dsa::DeviceBuffer logits =
+        bf16 ? device_copy(bf16_) : device_copy(values_);
+    dsa::DeviceBuffer lengths = device_copy(c_.lengths);
+    dsa::DeviceBuffer table = device_copy(block_table_);
+    const std::int64_t out_cols = c_.k + kExtraColumns;
+    dsa::DeviceBuffer indices =
+        device_filled(static_cast<std::size_t>(rows_ * out_cols) * sizeof(std::int32_t), 0x7b);
+    dsa::ExecContext probe;
+    probe.backend = dsa::Backend::automatic;
+    GpuContext gpu(dsa::Backend::automatic,
+                   dsa::topk_workspace_bytes(rows_, c_.cols, c_.k, probe));
+    gpu.ctx.check_device_errors = check_device_errors;
+    dsa::TopkOptions options;
+    options.sorted = c_.sorted;
+    if (c_.physical_slots) {
+      const std::int64_t requests = (rows_ + kRowsPerRequest - 1) / kRowsPerRequest;
+      options.block_table = device_view(table, dsa::DType::int32, {requests, max_blocks_});
+      options.rows_per_request = kRowsPerRequest;
+    }
+    *status = dsa::topk(device_view(logits, c_.dtype, {rows_, c_.cols}, {stride_, 1}),
+                        device_view(lengths, dsa::DType::int32, {rows_}), c_.k,
+                        device_view(indices, dsa::DType::int32, {rows_, out_cols}), options,
+                        gpu.ctx);
+    const dsa::Status synced = gpu.sync();
+    EXPECT_TRUE(synced.ok()) << synced.to_string();
+    return host_copy<std::int32_t>(indices);
+  }
+
+  // Checks every row against the reference (rows whose length is out of
+  // range must be all -1).
+  ::testing::AssertionResult check(const std::vector<std::int32_t>& got) const {
+    const std::int64_t out_cols = c_.k + kExtraColumns;
+    for (std::int64_t r = 0; r < rows_; ++r) {
+      const std::int32_t* row_out = got.data() + r * out_cols;
+      const std::int32_t length = c_.lengths[static_cast<std::size_t>(r)];
+      std::string where = std::string(spread_name(c_.spread)) + " row " + std::to_string(r) +
+                          " length " + std::to_string(length) + " k " + std::to_string(c_.k) +
+                          (c_.dtype == dsa::DType::bfloat16 ? " bf16" : " fp32") +
+                          (c_.sorted ? " sorted" : " unsorted");
+      for (int i = c_.k; i < out_cols; ++i) {
+        if (row_out[i] != kPoison) {
+          return ::testing::AssertionFailure() << where << ": column " << i << " past k written";
+        }
+      }
+      std::vector<std::int32_t> positions(row_out, row_out + c_.k);
+      if (length < 0 || length > c_.cols) {
+        if (std::any_of(positions.begin(), positions.end(), [](std::int32_t v) { return v != -1; })) {
+          return ::testing::AssertionFailure() << where << ": invalid row not filled with -1";
+        }
+        continue;
+      }
+      const float* row_values = values_.data() + r * stride_;
+      std::vector<std::int32_t> want = reference_topk(row_values, length, c_.k);
+      if (c_.physical_slots) {
+        // Undo the transform: slots of this row's request map back to positions.
+        const std::int32_t* table = block_table_.data() + (r / kRowsPerRequest) * max_blocks_;
+        for (auto& w : want) {
+          if (w >= 0) w = table[w / 64] * 64 + w % 64;
+        }
+      }
+      const bool exact_order = c_.sorted || length <= c_.k;
+      if (!exact_order) {
+        std::sort(positions.begin(), positions.end());
+        std::sort(want.begin(), want.end());
+      }
+      if (positions != want) {
+        std::size_t first = 0;
+        while (first < want.size() && positions[first] == want[first]) ++first;
+        return ::testing::AssertionFailure()
+               << where << ": index " << first << " is " << positions[first] << ", want "
+               << want[first];
+      }
+      if (!c_.physical_slots && length > c_.k) {
+        // Every selected value ranks at least as high as every other one.
+        std::vector<bool> chosen(static_cast<std::size_t>(length), false);
+        float lowest_chosen = std::numeric_limits<float>::infinity();
+        for (std::int32_t p : positions) {
+          chosen[static_cast<std::size_t>(p)] = true;
+          lowest_chosen = std::min(lowest_chosen, ordered(row_values[p]));
+        }
+        for (std::int32_t p = 0; p < length; ++p) {
+          if (!chosen[static_cast<std::size_t>(p)] && ordered(row_values[p]) > lowest_chosen) {
+            return ::testing::AssertionFailure()
+                   << where << ": unselected position " << p << " beats a selected one";
+          }
+        }
+      }
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+ private:
+  TopkCase c_;
+  std::int64_t rows_ = 0, stride_ = 0, max_blocks_ = 0;
+  std::vector<float> values_;
+  std::vector<std::uint16_t> bf16_;
+  std::vector<std::int32_t> block_table_;
+};
+
+void expect_matches_reference(const TopkCase& c) {
+  const TopkRun run(c);
+  dsa::Status status;
+  const std::vector<std::int32_t> got = run.run(&status);
+  ASSERT_TRUE(status.ok()) << status.to_string();
+  EXPECT_TRUE(run.check(got));
+}
+
+// Lengths around k and long rows, all in one call.
+std::vector<std::int32_t> edge_lengths(int k, std::int32_t longest) {
+  std::vector<std::int32_t> lengths = {0, 1, k - 1, k, k + 1};
+  for (std::int32_t length : {65536, 131072, 262144}) {
+    if (length <= longest) lengths.push_back(length);
+  }
+  return lengths;
+}
+
+TEST(GpuTopk, EveryDistributionAndEdgeLengthFloat32) {
+  DSA_REQUIRE_GPU();
+  std::uint32_t seed = 1;
+  for (int k : {1, 100, 2048}) {
+    for (Spread spread : kAllSpreads) {
+      for (bool sorted : {false, true}) {
+        TopkCase c;
+        c.cols = 262144;
+        c.lengths = edge_lengths(k, 262144);
+        c.k = k;
+        c.sorted = sorted;
+        c.spread = spread;
+        c.seed = seed++;
+        SCOPED_TRACE(std::string(spread_name(spread)) + " k=" + std::to_string(k));
+        expect_matches_reference(c);
+      }
+    }
+  }
+}
+
+TEST(GpuTopk, EveryDistributionBfloat16) {
+  DSA_REQUIRE_GPU();
+  std::uint32_t seed = 100;
+  for (int k : {1, 100, 2048}) {
+    for (Spread spread : kAllSpreads) {
+      for (bool sorted : {false, true}) {
+        TopkCase c;
+        c.cols = 70000;
+        c.lengths = edge_lengths(k, 70000);
+        c.lengths.push_back(70000);
+        c.k = k;
+        c.dtype = dsa::DType::bfloat16;
+        c.sorted = sorted;
+        c.spread = spread;
+        c.seed = seed++;
+        SCOPED_TRACE(std::string(spread_name(spread)) + " k=" + std::to_string(k));
+        expect_matches_reference(c);
+      }
+    }
+  }
+}
+
+TEST(GpuTopk, ManyRowsOfVaryingLength) {
+  DSA_REQUIRE_GPU();
+  std::mt19937 rng(5);
+  for (std::int64_t rows : {1, 7, 512, 4096}) {
+    const std::int64_t cols = rows >= 4096 ? 3000 : 24000;
+    TopkCase c;
+    c.cols = cols;
+    std::uniform_int_distribution<std::int32_t> length(0, static_cast<std::int32_t>(cols));
+    for (std::int64_t r = 0; r < rows; ++r) c.lengths.push_back(length(rng));
+    c.k = 2048;
+    c.spread = rows == 512 ? Spread::few_values : Spread::uniform;
+    c.dtype = rows == 4096 ? dsa::DType::bfloat16 : dsa::DType::float32;
+    c.seed = static_cast<std::uint32_t>(rows);
+    SCOPED_TRACE("rows=" + std::to_string(rows));
+    expect_matches_reference(c);
+  }
+}
+
+TEST(GpuTopk, PhysicalSlots) {
+  DSA_REQUIRE_GPU();
+  for (bool sorted : {false, true}) {
+    for (Spread spread : {Spread::uniform, Spread::few_values}) {
+      TopkCase c;
+      c.cols = 70000;
+      c.lengths = {70000, 3000, 2048, 10, 65536};
+      c.k = 2048;
+      c.sorted = sorted;
+      c.physical_slots = true;
+      c.spread = spread;
+      c.seed = sorted ? 7 : 8;
+      expect_matches_reference(c);
+    }
+  }
+}
+
+// Rows far longer than the shared memory of one thread block cluster.
+TEST(GpuTopk, VeryWideLogits) {
+  DSA_REQUIRE_GPU();
+  for (Spread spread : {Spread::uniform, Spread::few_values, Spread::infinities_and_nans}) {
+    TopkCase c;
+    c.cols = 600000;
+    c.lengths = {600000, 300001, 2000};
+    c.k = 2048;
+    c.sorted = spread == Spread::few_values;
+    c.spread = spread;
+    c.seed = 11;
+    expect_matches_reference(c);
+  }
+}
+
+TEST(GpuTopk, UnsortedOutputIsBitwiseRepeatable) {
+  DSA_REQUIRE_GPU();
+  for (Spread spread : {Spread::uniform, Spread::few_values, Spread::all_equal}) {
+    TopkCase c;
+    c.cols = 131072;
+    c.lengths = {131072, 100000, 65536, 4097};
+    c.k = 2048;
+    c.spread = spread;
+    c.seed = 21;
+    const TopkRun run(c);
+    dsa::Status status;
+    const std::vector<std::int32_t> first = run.run(&status);
+    ASSERT_TRUE(status.ok()) << status.to_string();
+    for (int repeat = 0; repeat < 3; ++repeat) {
+      const std::vector<std::int32_t> again = run.run(&status);
+      ASSERT_TRUE(status.ok()) << status.to_string();
+      EXPECT_EQ(first, again) << spread_name(spread) << " run " << repeat + 1;
+    }
+  }
+}
+
+// Device lengths cannot be validated on the host: a length beyond the logits
+// is recorded on the device, its row becomes -1, the others are still exact.
+TEST(GpuTopk, LengthBeyondLogitsIsReportedFromTheDevice) {
+  DSA_REQUIRE_GPU();
+  TopkCase c;
+  c.cols = 5000;
+  c.lengths = {5000, 5001, 4000};
+  c.k = 100;
+  c.seed = 31;
+  const TopkRun run(c);
+  dsa::Status status;
+  const std::vector<std::int32_t> got = run.run(&status, /*check_device_errors=*/true);
+  EXPECT_EQ(status.code(), dsa::ErrorCode::length_out_of_range) << status.to_string();
+  EXPECT_TRUE(run.check(got));
+}
+
+}  // namespace
+}  // namespace dsa_test::gpu

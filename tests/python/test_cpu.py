@@ -1,0 +1,442 @@
+"""dsa_indexer on the CPU backend with NumPy arrays, against the NumPy references."""
+
+import numpy as np
+import pytest
+
+import dsa_indexer as dsa
+import reference as ref
+from dsa_indexer import integration
+from dsa_indexer.compat import deep_gemm
+
+D = 32
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
+
+
+def scoring_problem(rng, batch=3, next_n=2, heads=4, head_dim=D, max_prefix=300, pages=None,
+                    page_stride=None):
+    prefix = rng.integers(0, max_prefix, size=batch).astype(np.int32)
+    lens = (prefix[:, None] + np.arange(next_n)[None, :] + 1).astype(np.int32)
+    needed = int((-(-lens.max(axis=1) // ref.PAGE)).sum())
+    cache = ref.random_cache(rng, pages or needed + 2, head_dim, page_stride)
+    table = ref.random_block_table(rng, lens, cache.shape[0])
+    q = rng.standard_normal((batch, next_n, heads, head_dim)).astype(np.float32)
+    q_codes = ref.e4m3_encode(q)
+    weights = rng.standard_normal((batch * next_n, heads)).astype(np.float32)
+    max_len = int(lens.max()) + 5
+    return dict(prefix=prefix, lens=lens, cache=cache, table=table, q=q_codes, weights=weights,
+                max_len=max_len)
+
+
+def reference_logits(p):
+    return ref.logits(p["q"], p["cache"], D, p["weights"], p["lens"], p["table"], p["max_len"])
+
+
+def assert_logits_close(actual, expected, rtol=2e-4):
+    valid = np.isfinite(expected)
+    scale = max(1.0, float(np.abs(expected[valid]).max(initial=0)))
+    np.testing.assert_allclose(actual[valid], expected[valid], rtol=rtol, atol=rtol * scale)
+
+
+# ---------------------------------------------------------------------------
+# Keys and queries
+
+
+@pytest.mark.parametrize("power_of_two", [False, True])
+@pytest.mark.parametrize("slot_dtype", [np.int32, np.int64])
+def test_store_index_keys_matches_reference(rng, power_of_two, slot_dtype):
+    pages, tokens = 3, 40
+    cache = rng.integers(0, 256, size=(pages, ref.page_bytes(D)), dtype=np.uint8)
+    before = cache.copy()
+    keys = (rng.standard_normal((tokens, D)) * rng.uniform(0.01, 50, (tokens, 1))).astype(
+        np.float32)
+    keys[3] = 0.0  # amax clamps at 1e-4
+    slots = rng.permutation(pages * ref.PAGE)[:tokens].astype(slot_dtype)
+    slots[5] = -1  # padding: skipped
+    result = dsa.store_index_keys(keys, slots, cache, power_of_two_scales=power_of_two)
+    assert result is cache
+
+    codes, scales = ref.quantize_rows(keys, power_of_two)
+    stored_keys = cache[:, : ref.PAGE * D].reshape(pages * ref.PAGE, D)
+    stored_scales = cache[:, ref.PAGE * D: ref.PAGE * D + 256].copy().view(np.float32).reshape(-1)
+    written = slots >= 0
+    np.testing.assert_array_equal(stored_keys[slots[written]], codes[written])
+    np.testing.assert_array_equal(stored_scales[slots[written]], scales[written])
+    untouched = np.setdiff1d(np.arange(pages * ref.PAGE), slots[written])
+    before_keys = before[:, : ref.PAGE * D].reshape(pages * ref.PAGE, D)
+    np.testing.assert_array_equal(stored_keys[untouched], before_keys[untouched])
+    if power_of_two:
+        assert np.all(np.frexp(scales)[0] == 0.5)
+
+
+def test_store_index_keys_into_deep_gemm_view(rng):
+    cache = np.zeros((2, ref.PAGE, 1, D + 4), dtype=np.uint8)
+    keys = rng.standard_normal((3, D)).astype(np.float32)
+    slots = np.array([0, 65, 127], dtype=np.int32)
+    dsa.store_index_keys(keys, slots, cache)
+    flat = cache.reshape(2, -1)
+    codes, _ = ref.quantize_rows(keys, False)
+    np.testing.assert_array_equal(flat[1, D: 2 * D], codes[1])  # slot 65: page 1, row 1
+
+
+def test_store_index_keys_rejects_slot_beyond_cache(rng):
+    cache = np.zeros((1, ref.page_bytes(D)), dtype=np.uint8)
+    keys = np.ones((1, D), dtype=np.float32)
+    with pytest.raises(ValueError, match="store_index_keys.*slot"):
+        dsa.store_index_keys(keys, np.array([64], dtype=np.int32), cache)
+
+
+@pytest.mark.parametrize("power_of_two", [False, True])
+def test_quantize_queries_matches_reference(rng, power_of_two):
+    batch, next_n, heads = 2, 3, 4
+    q = (rng.standard_normal((batch, next_n, heads, D)) * 3).astype(np.float32)
+    gate = rng.standard_normal((batch * next_n, heads)).astype(np.float32)
+    q_fp8, weights = dsa.quantize_queries(q, gate, power_of_two_scales=power_of_two)
+    assert q_fp8.dtype == np.uint8 and q_fp8.shape == q.shape
+    assert weights.dtype == np.float32 and weights.shape == (batch * next_n, heads)
+    codes, scales = ref.quantize_rows(q, power_of_two)
+    np.testing.assert_array_equal(q_fp8, codes)
+    expected = gate * scales.reshape(batch * next_n, heads) * (heads ** -0.5) * (D ** -0.5)
+    np.testing.assert_allclose(weights, expected, rtol=1e-6)
+
+    _, weights_scaled = dsa.quantize_queries(q, gate, power_of_two_scales=power_of_two,
+                                             weight_scale=2.0)
+    np.testing.assert_allclose(weights_scaled, gate * scales.reshape(-1, heads) * 2.0,
+                               rtol=1e-6)
+
+
+def test_quantize_queries_writes_given_outputs(rng):
+    q = rng.standard_normal((1, 1, 2, D)).astype(np.float32)
+    gate = np.ones((1, 2), dtype=np.float32)
+    out = (np.zeros(q.shape, dtype=np.uint8), np.zeros((1, 2), dtype=np.float32))
+    result = dsa.quantize_queries(q, gate, out=out)
+    assert result[0] is out[0] and result[1] is out[1]
+    np.testing.assert_array_equal(out[0], ref.quantize_rows(q, False)[0])
+
+
+# ---------------------------------------------------------------------------
+# Lengths and schedule
+
+
+@pytest.mark.parametrize("convention", ["causal", "expanded", "legacy"])
+@pytest.mark.parametrize("next_n", [1, 2, 4])
+def test_context_lens_builders(rng, convention, next_n):
+    base = rng.integers(0, 1000, size=12).astype(np.int32)
+    strided = base[::3]  # a strided input view
+    builder = {"causal": dsa.causal_context_lens, "expanded": dsa.expanded_context_lens,
+               "legacy": dsa.legacy_context_lens}[convention]
+    lens = builder(strided, next_n)
+    assert lens.dtype == np.int32 and lens.shape == (4, next_n)
+    np.testing.assert_array_equal(lens,
+                                  integration.expected_context_lens(strided, next_n, convention))
+    out = np.zeros((4, next_n), dtype=np.int32)
+    assert dsa.context_lens(strided, next_n, convention, out=out) is out
+    np.testing.assert_array_equal(out, lens)
+
+
+def test_context_lens_errors():
+    with pytest.raises(ValueError, match="causal_context_lens: prefix_lens"):
+        dsa.causal_context_lens(np.array([3, -1], dtype=np.int32), 2)
+    with pytest.raises(ValueError, match="causal_context_lens: prefix_lens"):
+        dsa.causal_context_lens(np.array([3], dtype=np.int64), 2)
+    with pytest.raises(ValueError, match="next_n"):
+        dsa.expanded_context_lens(np.array([3], dtype=np.int32), 0,
+                                  out=np.zeros((1, 1), dtype=np.int32))
+    with pytest.raises(ValueError, match="convention"):
+        dsa.context_lens(np.array([3], dtype=np.int32), 2, "diagonal")
+
+
+@pytest.mark.parametrize("path", ["native", "per_token"])
+@pytest.mark.parametrize("workers", [1, 3, 7, 40])
+def test_plan_schedule_matches_reference(rng, path, workers):
+    lens = dsa.causal_context_lens(rng.integers(0, 2000, size=5).astype(np.int32), 3)
+    lens[2] = 0  # a request with nothing to score
+    schedule = dsa.plan_schedule(lens, workers, path)
+    np.testing.assert_array_equal(schedule, ref.schedule(lens, workers, path))
+
+
+def test_plan_schedule_defaults_and_errors(rng):
+    lens = dsa.causal_context_lens(np.array([10, 20], dtype=np.int32), 2)
+    schedule = dsa.plan_schedule(lens)
+    assert schedule.shape == (dsa.default_num_workers(lens) + 1, 2)
+    with pytest.raises(ValueError, match="num_workers"):
+        dsa.plan_schedule(lens, 0, out=np.zeros((1, 2), dtype=np.int32))
+    with pytest.raises(ValueError, match="path"):
+        dsa.plan_schedule(lens, 2, "diagonal")
+
+
+# ---------------------------------------------------------------------------
+# Scoring
+
+
+@pytest.mark.parametrize("next_n", [1, 2, 3])
+@pytest.mark.parametrize("path", ["auto", "native", "per_token"])
+def test_paged_mqa_logits_matches_reference(rng, next_n, path):
+    p = scoring_problem(rng, next_n=next_n)
+    out = dsa.paged_mqa_logits(p["q"], p["cache"], p["weights"], p["lens"], p["table"],
+                               p["max_len"], clean_logits=True, path=path)
+    expected = reference_logits(p)
+    assert out.shape == expected.shape and out.dtype == np.float32
+    assert_logits_close(out, expected)
+    np.testing.assert_array_equal(np.isneginf(out), np.isneginf(expected))
+
+
+def test_paged_mqa_logits_layouts_and_strided_output(rng):
+    stride = ref.page_bytes(D) + 64
+    p = scoring_problem(rng, next_n=2, page_stride=stride)
+    expected = reference_logits(p)
+    schedule = dsa.plan_schedule(p["lens"], 5, "native")
+    wide = np.full((expected.shape[0], p["max_len"] + 17), 7.0, dtype=np.float32)
+    out = wide[:, : p["max_len"]]  # row stride larger than max_context_len
+    dsa.paged_mqa_logits(p["q"], p["cache"], p["weights"], p["lens"], p["table"], p["max_len"],
+                         schedule, path="native", out=out)
+    assert_logits_close(out, expected)
+    np.testing.assert_array_equal(wide[:, p["max_len"]:], 7.0)  # columns past max never written
+
+    # The DeepGEMM 4-D view of a cache whose pages are exactly 64 * (D + 4) bytes.
+    p = scoring_problem(rng, next_n=2)
+    cache_4d = p["cache"].reshape(-1, ref.PAGE, 1, D + 4)
+    out = dsa.paged_mqa_logits(p["q"], cache_4d, p["weights"], p["lens"], p["table"],
+                               p["max_len"])
+    assert_logits_close(out, reference_logits(p))
+
+
+def test_paged_mqa_logits_backends_agree(rng):
+    p = scoring_problem(rng, next_n=3)
+    args = (p["q"], p["cache"], p["weights"], p["lens"], p["table"], p["max_len"])
+    precise = dsa.paged_mqa_logits(*args, backend="cpu_reference", reference_float64=True,
+                                   clean_logits=True)
+    assert_logits_close(precise, reference_logits(p), rtol=1e-6)
+    threaded = dsa.paged_mqa_logits(*args, backend="cpu", num_threads=2, clean_logits=True)
+    assert_logits_close(threaded, precise)
+    again = dsa.paged_mqa_logits(*args, backend="cpu", num_threads=2, clean_logits=True)
+    np.testing.assert_array_equal(again, threaded)  # bitwise deterministic
+
+
+def test_paged_mqa_logits_repeated_block_table_view(rng):
+    next_n = 3
+    p = scoring_problem(rng, next_n=next_n)
+    repeated = np.repeat(p["table"], next_n, axis=0)  # one row per draft token
+    integration.check_repeated_rows(repeated, next_n, p["lens"])
+    view = integration.per_request_block_table(repeated, next_n)
+    assert np.shares_memory(view, repeated)
+    out = dsa.paged_mqa_logits(p["q"], p["cache"], p["weights"], p["lens"], view, p["max_len"],
+                               clean_logits=True)
+    assert_logits_close(out, reference_logits(p))
+
+
+def test_read_only_inputs_are_accepted(rng):
+    p = scoring_problem(rng)
+    for name in ("q", "cache", "weights", "lens", "table"):
+        p[name].setflags(write=False)
+    out = dsa.paged_mqa_logits(p["q"], p["cache"], p["weights"], p["lens"], p["table"],
+                               p["max_len"])
+    assert_logits_close(out, reference_logits(p))
+
+
+def test_paged_mqa_logits_errors_name_the_argument(rng):
+    p = scoring_problem(rng, next_n=2)
+    args = dict(q=p["q"], key_cache=p["cache"], weights=p["weights"], context_lens=p["lens"],
+                block_table=p["table"], max_context_len=p["max_len"])
+
+    def call(**changes):
+        dsa.paged_mqa_logits(**{**args, **changes})
+
+    with pytest.raises(ValueError, match="paged_mqa_logits: q"):
+        call(q=p["q"][0])
+    with pytest.raises(ValueError, match="paged_mqa_logits: weights"):
+        call(weights=p["weights"].astype(np.int32))
+    with pytest.raises(ValueError, match="paged_mqa_logits: block_table"):
+        call(block_table=p["table"][:, :1])
+    with pytest.raises(ValueError, match="max_context_len|context_lens"):
+        call(max_context_len=int(p["lens"].max()) - 1)
+    bad_table = p["table"].copy()
+    bad_table[0, 0] = p["cache"].shape[0]
+    with pytest.raises(ValueError, match="block_table"):
+        call(block_table=bad_table)
+    with pytest.raises(ValueError, match="schedule"):
+        call(schedule=dsa.plan_schedule(p["lens"][:1], 4, "native"))
+    # Rejected by the bindings before the library sees them.
+    with pytest.raises(ValueError, match="paged_mqa_logits: weights: unsupported element type"):
+        call(weights=p["weights"].astype(np.float64))
+    with pytest.raises(ValueError, match="paged_mqa_logits: q: rank 5"):
+        call(q=p["q"][None])
+    with pytest.raises(ValueError, match="backend"):
+        call(backend="tpu")
+
+
+# ---------------------------------------------------------------------------
+# Selection
+
+
+def assert_same_selection(actual, expected):
+    """Same set of indices per row (order unspecified unless sorted)."""
+    np.testing.assert_array_equal(np.sort(actual, axis=1), np.sort(expected, axis=1))
+
+
+@pytest.mark.parametrize("k", [1, 7, 64])
+def test_topk_matches_reference(rng, k):
+    rows, width = 6, 300
+    values = rng.standard_normal((rows, width)).astype(np.float32)
+    values[1, :50] = 1.0  # many ties
+    values[2, 10] = np.nan  # NaN counts as -inf
+    values[3, :] = -0.0
+    values[3, ::2] = 0.0
+    lengths = np.array([300, 120, 299, 200, k, 0], dtype=np.int32)
+    expected = ref.topk(values, lengths, k)
+    assert_same_selection(dsa.topk(values, lengths, k), expected)
+    np.testing.assert_array_equal(dsa.topk(values, lengths, k, sorted=True), expected)
+
+
+def test_topk_strided_rows_and_physical_slots(rng):
+    next_n, k = 2, 5
+    table = np.array([[4, 9, -1], [7, 2, 11]], dtype=np.int32)
+    base = rng.standard_normal((4, 200)).astype(np.float32)
+    logits = base[:, :150]  # row stride 200
+    lengths = np.array([128, 100, 3, 130], dtype=np.int32)
+    positions = ref.topk(logits, lengths, k)
+    slots = dsa.topk(logits, lengths, k, sorted=True, block_table=table,
+                     rows_per_request=next_n)
+    request = np.arange(4)[:, None] // next_n
+    expected = np.where(positions >= 0,
+                        table[request, positions // ref.PAGE] * ref.PAGE + positions % ref.PAGE,
+                        -1)
+    np.testing.assert_array_equal(slots, expected)
+
+
+def test_topk_errors(rng):
+    values = rng.standard_normal((2, 10)).astype(np.float32)
+    lengths = np.array([10, 5], dtype=np.int32)
+    with pytest.raises(ValueError, match="topk: k"):
+        dsa.topk(values, lengths, 0, out=np.zeros((2, 1), dtype=np.int32))
+    with pytest.raises(ValueError, match="topk: k"):
+        dsa.topk(values, lengths, dsa.MAX_TOPK + 1, out=np.zeros((2, 1), dtype=np.int32))
+    with pytest.raises(ValueError, match="topk: lengths"):
+        dsa.topk(values, np.array([11, 5], dtype=np.int32), 3)
+    with pytest.raises(ValueError, match="topk: indices"):
+        dsa.topk(values, lengths, 3, out=np.zeros((2, 2), dtype=np.int32))
+
+
+@pytest.mark.parametrize("strategy", ["auto", "fused", "logits_then_topk"])
+@pytest.mark.parametrize("next_n", [1, 3])
+def test_index_topk_equals_topk_of_logits(rng, strategy, next_n):
+    k = 40
+    p = scoring_problem(rng, next_n=next_n)
+    args = (p["q"], p["cache"], p["weights"], p["lens"], p["table"], p["max_len"])
+    logits = dsa.paged_mqa_logits(*args)
+    flat_lens = p["lens"].reshape(-1)
+    expected = dsa.topk(logits, flat_lens, k, sorted=True)
+    np.testing.assert_array_equal(
+        dsa.index_topk(*args, k, sorted=True, strategy=strategy), expected)
+    assert_same_selection(dsa.index_topk(*args, k, strategy=strategy), expected)
+    # Against the NumPy reference where the order is stable under rounding.
+    assert_same_selection(dsa.index_topk(*args, k, strategy=strategy),
+                          dsa.topk(logits, flat_lens, k))
+
+    topk_lens = np.maximum(flat_lens - 1, 0).astype(np.int32)
+    np.testing.assert_array_equal(
+        dsa.index_topk(*args, k, topk_lens=topk_lens, sorted=True, strategy=strategy),
+        dsa.topk(logits, topk_lens, k, sorted=True))
+
+    slots = dsa.index_topk(*args, k, sorted=True, physical_slots=True, strategy=strategy)
+    np.testing.assert_array_equal(
+        slots, dsa.topk(logits, flat_lens, k, sorted=True, block_table=p["table"],
+                        rows_per_request=next_n))
+
+
+def test_index_topk_topk_lens_beyond_context_is_rejected(rng):
+    p = scoring_problem(rng, next_n=2)
+    too_long = (p["lens"].reshape(-1) + 1).astype(np.int32)
+    with pytest.raises(ValueError, match="index_topk: topk_lens"):
+        dsa.index_topk(p["q"], p["cache"], p["weights"], p["lens"], p["table"], p["max_len"],
+                       8, topk_lens=too_long)
+
+
+def test_selection_of_reference_logits(rng):
+    p = scoring_problem(rng, next_n=2)
+    logits = dsa.paged_mqa_logits(p["q"], p["cache"], p["weights"], p["lens"], p["table"],
+                                  p["max_len"], backend="cpu_reference",
+                                  reference_float64=True)
+    expected = ref.topk(reference_logits(p), p["lens"].reshape(-1), 16)
+    chosen = dsa.topk(logits, p["lens"].reshape(-1), 16)
+    # Rounding may swap near-equal neighbours at the boundary; the bulk must agree.
+    agree = [len(np.intersect1d(a, e)) for a, e in zip(chosen, expected)]
+    assert min(agree) >= 14
+
+
+# ---------------------------------------------------------------------------
+# DeepGEMM compatibility and integration helpers
+
+
+@pytest.mark.parametrize("next_n", [1, 2, 4])
+def test_deep_gemm_compat_matches_native_api(rng, next_n):
+    p = scoring_problem(rng, next_n=next_n)
+    kv_cache = p["cache"].reshape(-1, ref.PAGE, 1, D + 4)
+    schedule = deep_gemm.get_paged_mqa_logits_metadata(p["lens"], 64, 8)
+    assert schedule.shape == (9, 2) and schedule.dtype == np.int32
+    logits = deep_gemm.fp8_paged_mqa_logits(p["q"], kv_cache, p["weights"], p["lens"],
+                                            p["table"], schedule, p["max_len"],
+                                            clean_logits=True)
+    native = dsa.paged_mqa_logits(p["q"], p["cache"], p["weights"], p["lens"], p["table"],
+                                  p["max_len"], clean_logits=True)
+    np.testing.assert_array_equal(logits, native)
+    assert_logits_close(logits, reference_logits(p))
+
+
+@pytest.mark.parametrize("next_n", [1, 3])
+def test_deep_gemm_compat_legacy_lengths(rng, next_n):
+    p = scoring_problem(rng, next_n=next_n)
+    legacy = (p["prefix"] + next_n).astype(np.int32)  # total length including drafts
+    kv_cache = p["cache"].reshape(-1, ref.PAGE, 1, D + 4)
+    schedule = deep_gemm.get_paged_mqa_logits_metadata(legacy, 64, 4)
+    logits = deep_gemm.fp8_paged_mqa_logits(p["q"], kv_cache, p["weights"], legacy, p["table"],
+                                            schedule, p["max_len"], True)
+    assert_logits_close(logits, reference_logits(p))  # legacy == causal lengths
+    assert np.isneginf(logits[0, p["lens"][0, 0]:]).all()
+
+
+def test_deep_gemm_compat_rejects_other_block_sizes():
+    with pytest.raises(ValueError, match="block_kv"):
+        deep_gemm.get_paged_mqa_logits_metadata(np.ones((1, 1), dtype=np.int32), 32, 4)
+
+
+def test_length_helpers_verify_and_decode(rng):
+    committed = rng.integers(0, 500, size=5).astype(np.int32)
+    for convention in ("causal", "expanded"):
+        lens = integration.context_lens_from_committed(committed, 3, convention)
+        integration.verify_context_lens(lens, committed, 3, convention)
+        decoded, next_n, found = integration.decode_context_lens(lens)
+        np.testing.assert_array_equal(decoded, committed)
+        assert (next_n, found) == (3, convention)
+    lens = dsa.causal_context_lens(committed, 3)
+    lens[2, 1] += 1
+    with pytest.raises(ValueError, match=r"context_lens: \[2, 1\]"):
+        integration.verify_context_lens(lens, committed, 3, "causal")
+    with pytest.raises(ValueError, match="neither causal"):
+        integration.decode_context_lens(lens)
+    topk_lens = integration.causal_topk_lens(committed, 3)
+    np.testing.assert_array_equal(topk_lens, (committed[:, None] + np.arange(3) + 1).ravel())
+
+
+def test_block_table_helpers(rng):
+    table = rng.integers(0, 100, size=(3, 4)).astype(np.int32)
+    repeated = np.repeat(table, 2, axis=0)
+    np.testing.assert_array_equal(integration.per_request_block_table(repeated, 2), table)
+    with pytest.raises(ValueError, match="multiple of next_n"):
+        integration.per_request_block_table(repeated, 4)
+    lens = np.array([[64, 65], [10, 11], [1, 2]], dtype=np.int32)
+    repeated[3, 3] = -1  # past what request 1 needs: allowed to differ
+    integration.check_repeated_rows(repeated, 2, lens)
+    repeated[1, 1] = 999  # request 0 needs two pages
+    with pytest.raises(ValueError, match="row 1 entry 1"):
+        integration.check_repeated_rows(repeated, 2, lens)
+
+
+def test_device_queries():
+    assert isinstance(dsa.built_with_cuda(), bool)
+    assert dsa.cuda_device_count() >= 0
+    assert dsa.default_num_workers(np.zeros(1, dtype=np.int32)) >= 1
+    assert dsa.resolve_logits_path("native", 3, 64, np.zeros(1)) == "native"

@@ -1,0 +1,376 @@
+"""dsa_indexer with PyTorch CUDA tensors, against PyTorch references written here.
+
+Skipped unless PyTorch with a CUDA device is importable."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
+
+import dsa_indexer as dsa  # noqa: E402
+import reference as ref  # noqa: E402
+from dsa_indexer import integration  # noqa: E402
+from dsa_indexer.compat import deep_gemm  # noqa: E402
+
+if not dsa.built_with_cuda():
+    pytest.skip("dsa_indexer was built without CUDA", allow_module_level=True)
+
+DEVICE = "cuda"
+D = 128
+PAGE = 64
+FP8 = torch.float8_e4m3fn
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(2024)
+
+
+def cuda(array):
+    return torch.from_numpy(np.ascontiguousarray(array)).to(DEVICE)
+
+
+# ---------------------------------------------------------------------------
+# PyTorch references
+
+
+def torch_quantize(x, power_of_two):
+    """(fp8 codes as uint8, float32 scales) per row of the last dimension."""
+    x = x.float()
+    amax = x.abs().amax(dim=-1).clamp_min(1e-4)
+    scale = amax / 448.0
+    if power_of_two:
+        mantissa, exponent = torch.frexp(scale)
+        scale = torch.where(mantissa == 0.5, scale, torch.ldexp(torch.ones_like(scale), exponent))
+    codes = (x / scale[..., None]).clamp(-448.0, 448.0).to(FP8).view(torch.uint8)
+    return codes, scale
+
+
+def torch_decode_cache(cache, head_dim):
+    pages = cache.shape[0]
+    flat = cache.reshape(pages, -1)
+    keys = flat[:, : PAGE * head_dim].contiguous().view(FP8).double().view(pages, PAGE, head_dim)
+    scales = flat[:, PAGE * head_dim: PAGE * head_dim + 4 * PAGE].contiguous()
+    return keys, scales.view(torch.float32).double().view(pages, PAGE)
+
+
+def torch_logits(q, cache, weights, lens, table, max_len):
+    keys, scales = torch_decode_cache(cache, q.shape[-1])
+    qd = q.view(FP8).double() if q.dtype == torch.uint8 else q.double()
+    batch, next_n = lens.shape
+    out = torch.full((batch * next_n, max_len), -torch.inf, dtype=torch.float64, device=q.device)
+    host_lens = lens.cpu()
+    for b in range(batch):
+        for j in range(next_n):
+            length = int(host_lens[b, j])
+            pos = torch.arange(length, device=q.device)
+            pages = table[b, pos // PAGE].long()
+            k = keys[pages, pos % PAGE]
+            s = scales[pages, pos % PAGE]
+            r = b * next_n + j
+            out[r, :length] = weights[r].double() @ torch.relu((qd[b, j] @ k.T) * s)
+    return out
+
+
+def torch_topk(values, lengths, k):
+    """Sorted selection: largest first, NaN as -inf, ties by position; -1 padding."""
+    out = torch.full((values.shape[0], k), -1, dtype=torch.int32, device=values.device)
+    for r, length in enumerate(lengths.tolist()):
+        if length <= k:
+            out[r, :length] = torch.arange(length, dtype=torch.int32, device=values.device)
+            continue
+        row = torch.nan_to_num(values[r, :length].double(), nan=-torch.inf) + 0.0
+        out[r] = torch.sort(row, descending=True, stable=True).indices[:k].int()
+    return out
+
+
+def assert_logits_close(actual, expected, rtol=2e-4):
+    valid = torch.isfinite(expected)
+    scale = max(1.0, float(expected[valid].abs().max())) if valid.any() else 1.0
+    torch.testing.assert_close(actual[valid].double(), expected[valid], rtol=rtol,
+                               atol=rtol * scale)
+
+
+def same_selection(actual, expected):
+    torch.testing.assert_close(actual.sort(dim=1).values, expected.sort(dim=1).values)
+
+
+def scoring_problem(rng, batch=4, next_n=2, heads=64, max_prefix=3000, page_stride=None):
+    prefix = rng.integers(0, max_prefix, size=batch).astype(np.int32)
+    lens = (prefix[:, None] + np.arange(next_n) + 1).astype(np.int32)
+    needed = int((-(-lens.max(axis=1) // PAGE)).sum())
+    cache = ref.random_cache(rng, needed + 3, D, page_stride)
+    table = ref.random_block_table(rng, lens, cache.shape[0])
+    q = ref.e4m3_encode(rng.standard_normal((batch, next_n, heads, D)).astype(np.float32))
+    weights = rng.standard_normal((batch * next_n, heads)).astype(np.float32)
+    return dict(prefix=cuda(prefix), lens=cuda(lens), cache=cuda(cache), table=cuda(table),
+                q=cuda(q).view(FP8), weights=cuda(weights), max_len=int(lens.max()) + 7)
+
+
+def args_of(p):
+    return (p["q"], p["cache"], p["weights"], p["lens"], p["table"], p["max_len"])
+
+
+# ---------------------------------------------------------------------------
+# Keys and queries
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("power_of_two", [False, True])
+def test_store_index_keys(rng, dtype, power_of_two):
+    pages, tokens = 4, 100
+    cache = torch.zeros((pages, ref.page_bytes(D)), dtype=torch.uint8, device=DEVICE)
+    keys = (torch.randn(tokens, D, device=DEVICE) * 7).to(dtype)
+    slots = torch.randperm(pages * PAGE, device=DEVICE)[:tokens].int()
+    slots[7] = -1
+    dsa.store_index_keys(keys, slots, cache, power_of_two_scales=power_of_two)
+    codes, scales = torch_quantize(keys, power_of_two)
+    written = slots >= 0
+    stored = cache[:, : PAGE * D].reshape(-1, D)
+    stored_scales = cache[:, PAGE * D: PAGE * D + 256].contiguous().view(torch.float32).reshape(-1)
+    s = slots[written].long()
+    torch.testing.assert_close(stored[s], codes[written], rtol=0, atol=0)
+    torch.testing.assert_close(stored_scales[s], scales[written], rtol=0, atol=0)
+
+
+def test_quantize_queries(rng):
+    batch, next_n, heads = 3, 4, 64
+    q = torch.randn(batch, next_n, heads, D, device=DEVICE, dtype=torch.bfloat16)
+    gate = torch.randn(batch * next_n, heads, device=DEVICE)
+    q_fp8, weights = dsa.quantize_queries(q, gate)
+    assert q_fp8.dtype == FP8 and weights.dtype == torch.float32
+    codes, scales = torch_quantize(q, False)
+    torch.testing.assert_close(q_fp8.view(torch.uint8), codes, rtol=0, atol=0)
+    expected = gate * scales.reshape(-1, heads) * heads ** -0.5 * D ** -0.5
+    torch.testing.assert_close(weights, expected, rtol=1e-6, atol=0)
+
+
+# ---------------------------------------------------------------------------
+# Lengths, schedule, scoring
+
+
+@pytest.mark.parametrize("convention", ["causal", "expanded", "legacy"])
+def test_length_builders_on_strided_input(rng, convention):
+    base = cuda(rng.integers(0, 5000, size=20).astype(np.int32))
+    lens = dsa.context_lens(base[::4], 3, convention)
+    assert lens.device.type == "cuda" and lens.dtype == torch.int32
+    integration.verify_context_lens(lens, base[::4], 3, convention)
+
+
+@pytest.mark.parametrize("path", ["native", "per_token"])
+def test_plan_schedule_on_device(rng, path):
+    lens = dsa.causal_context_lens(cuda(rng.integers(0, 9000, size=7).astype(np.int32)), 3)
+    schedule = dsa.plan_schedule(lens, 132, path)
+    np.testing.assert_array_equal(schedule.cpu().numpy(),
+                                  ref.schedule(lens.cpu().numpy(), 132, path))
+
+
+@pytest.mark.parametrize("next_n", [1, 2, 3, 4, 6, 8])
+@pytest.mark.parametrize("heads", [64, 32])
+def test_paged_mqa_logits(rng, next_n, heads):
+    p = scoring_problem(rng, next_n=next_n, heads=heads)
+    expected = torch_logits(p["q"], p["cache"], p["weights"], p["lens"], p["table"],
+                            p["max_len"])
+    for path in ("auto", "native", "per_token"):
+        for backend in ("auto", "cuda_generic"):
+            out = dsa.paged_mqa_logits(*args_of(p), clean_logits=True, path=path,
+                                       backend=backend, check_device_errors=True)
+            assert_logits_close(out, expected)
+            assert torch.equal(torch.isneginf(out), torch.isneginf(expected))
+
+
+def test_paged_mqa_logits_strided_inputs(rng):
+    next_n, heads = 3, 64
+    p = scoring_problem(rng, next_n=next_n, heads=heads, page_stride=ref.page_bytes(D) + 256)
+    expected = torch_logits(p["q"], p["cache"], p["weights"], p["lens"], p["table"],
+                            p["max_len"])
+    wide_q = torch.zeros((p["q"].shape[0], next_n, 2 * heads, D), dtype=FP8, device=DEVICE)
+    wide_q[:, :, heads:] = p["q"]
+    q = wide_q[:, :, heads:]  # head stride kept, batch/draft strides doubled
+    weights = torch.zeros((p["weights"].shape[0], heads + 32), device=DEVICE)
+    weights[:, :heads] = p["weights"]
+    repeated = p["table"].repeat_interleave(next_n, dim=0)
+    table = integration.per_request_block_table(repeated, next_n)
+    assert table.data_ptr() == repeated.data_ptr()
+    prefix_store = torch.zeros(2 * p["lens"].shape[0], dtype=torch.int32, device=DEVICE)
+    prefix_store[::2] = p["prefix"]
+    lens = dsa.causal_context_lens(prefix_store[::2], next_n)
+    logits_store = torch.full((expected.shape[0], p["max_len"] + 33), 5.0, device=DEVICE)
+    out = logits_store[:, : p["max_len"]]
+    dsa.paged_mqa_logits(q, p["cache"], weights[:, :heads], lens, table, p["max_len"],
+                         clean_logits=True, out=out, check_device_errors=True)
+    assert_logits_close(out, expected)
+    assert bool((logits_store[:, p["max_len"]:] == 5.0).all())
+
+    # fp8 given as its uint8 bytes reads the same.
+    again = dsa.paged_mqa_logits(q.view(torch.uint8), p["cache"], weights[:, :heads], lens,
+                                 table, p["max_len"], clean_logits=True)
+    assert torch.equal(again, out)
+
+
+def test_topk_and_index_topk(rng):
+    next_n, k = 2, 2048
+    p = scoring_problem(rng, next_n=next_n, max_prefix=9000)
+    logits = dsa.paged_mqa_logits(*args_of(p), clean_logits=True)
+    lens = p["lens"].reshape(-1)
+    expected = torch_topk(logits, lens, k)
+    sorted_idx = dsa.topk(logits, lens, k, sorted=True)
+    torch.testing.assert_close(sorted_idx, expected, rtol=0, atol=0)
+    same_selection(dsa.topk(logits, lens, k), expected)
+    for strategy in ("auto", "fused", "logits_then_topk"):
+        fused = dsa.index_topk(*args_of(p), k, sorted=True, strategy=strategy)
+        torch.testing.assert_close(fused, sorted_idx, rtol=0, atol=0)
+    slots = dsa.index_topk(*args_of(p), k, sorted=True, physical_slots=True)
+    request = torch.arange(lens.shape[0], device=DEVICE)[:, None] // next_n
+    valid = sorted_idx >= 0
+    pages = p["table"][request.expand_as(sorted_idx), (sorted_idx.clamp_min(0) // PAGE).long()]
+    expected_slots = torch.where(valid, pages * PAGE + sorted_idx % PAGE, -1)
+    torch.testing.assert_close(slots, expected_slots.int(), rtol=0, atol=0)
+
+
+def test_topk_ties_and_nan():
+    values = torch.zeros((3, 5000), device=DEVICE)
+    values[1, ::7] = torch.nan
+    values[2] = torch.arange(5000, device=DEVICE).float() % 3
+    lens = torch.tensor([5000, 4000, 4999], dtype=torch.int32, device=DEVICE)
+    torch.testing.assert_close(dsa.topk(values, lens, 100, sorted=True),
+                               torch_topk(values, lens, 100), rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------------------
+# DeepGEMM compatibility
+
+
+@pytest.mark.parametrize("next_n", [1, 2, 3, 4])
+def test_deep_gemm_compat(rng, next_n):
+    p = scoring_problem(rng, next_n=next_n)
+    kv_cache = p["cache"].view(-1, PAGE, 1, D + 4)
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+    schedule = deep_gemm.get_paged_mqa_logits_metadata(p["lens"], 64, num_sms)
+    logits = deep_gemm.fp8_paged_mqa_logits(p["q"], kv_cache, p["weights"], p["lens"],
+                                            p["table"], schedule, p["max_len"],
+                                            clean_logits=True)
+    native = dsa.paged_mqa_logits(*args_of(p), clean_logits=True)
+    assert torch.equal(logits, native)
+    legacy = p["prefix"] + next_n
+    schedule = deep_gemm.get_paged_mqa_logits_metadata(legacy, 64, num_sms)
+    logits = deep_gemm.fp8_paged_mqa_logits(p["q"], kv_cache, p["weights"], legacy, p["table"],
+                                            schedule, p["max_len"], True)
+    assert torch.equal(logits, native)
+
+
+# ---------------------------------------------------------------------------
+# torch.compile and CUDA graphs
+
+
+def indexer_step(prefix, q, cache, weights, table, max_len, next_n, k):
+    lens = dsa.causal_context_lens(prefix, next_n)
+    schedule = dsa.plan_schedule(lens)
+    logits = dsa.paged_mqa_logits(q, cache, weights, lens, table, max_len, schedule,
+                                  clean_logits=True)
+    return logits, dsa.topk(logits, lens.reshape(-1), k, sorted=True)
+
+
+def test_custom_ops_under_torch_compile(rng):
+    next_n = 3
+    p = scoring_problem(rng, next_n=next_n)
+    inputs = (p["prefix"], p["q"], p["cache"], p["weights"], p["table"], p["max_len"], next_n,
+              256)
+    eager_logits, eager_idx = indexer_step(*inputs)
+    torch._dynamo.reset()
+    compiled = torch.compile(indexer_step, fullgraph=True)
+    logits, idx = compiled(*inputs)
+    assert torch.equal(logits, eager_logits)
+    assert torch.equal(idx, eager_idx)
+
+    fused = torch.compile(
+        lambda *a: dsa.index_topk(*a, 256, sorted=True), fullgraph=True)(*args_of(p))
+    assert torch.equal(fused, eager_idx)
+
+
+def test_custom_ops_pass_opcheck(rng):
+    p = scoring_problem(rng, batch=2, next_n=2, max_prefix=500)
+    lens = p["lens"]
+    schedule = dsa.plan_schedule(lens)
+    utils = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
+    # q as its uint8 bytes: the schema check compares inputs before and after with
+    # torch.allclose, which float8 tensors do not implement.
+    torch.library.opcheck(torch.ops.dsa_indexer.paged_mqa_logits.default,
+                          (p["q"].view(torch.uint8), p["cache"], p["weights"], lens, p["table"], schedule,
+                           p["max_len"], True, "auto", "auto"), test_utils=utils)
+    logits = dsa.paged_mqa_logits(*args_of(p), clean_logits=True)
+    torch.library.opcheck(torch.ops.dsa_indexer.topk.default,
+                          (logits, lens.reshape(-1), 16, True, None, 1, "auto"),
+                          test_utils=utils)
+    torch.library.opcheck(torch.ops.dsa_indexer.context_lens.default,
+                          (p["prefix"], 2, "causal", "auto"), test_utils=utils)
+
+
+def test_cuda_graph_replay_with_changed_lengths(rng):
+    next_n, k, batch = 2, 512, 4
+    p = scoring_problem(rng, batch=batch, next_n=next_n, max_prefix=4000)
+    # Room for longer lengths: every request owns enough pages for max_len.
+    max_len = 4200
+    blocks = -(-max_len // PAGE)
+    cache = cuda(ref.random_cache(rng, batch * blocks, D))
+    table = torch.randperm(batch * blocks, device=DEVICE).int().view(batch, blocks)
+    prefix = p["prefix"].clone()
+    static = (prefix, p["q"], cache, p["weights"], table, max_len, next_n, k)
+
+    indexer_step(*static)  # warm up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        logits, idx = indexer_step(*static)
+
+    for trial in range(3):
+        new_prefix = rng.integers(0, max_len - next_n, size=batch).astype(np.int32)
+        prefix.copy_(cuda(new_prefix))
+        graph.replay()
+        expected_logits, expected_idx = indexer_step(*static)
+        torch.cuda.synchronize()
+        assert torch.equal(logits, expected_logits), trial
+        assert torch.equal(idx, expected_idx), trial
+        lens = dsa.causal_context_lens(prefix, next_n)
+        assert_logits_close(logits, torch_logits(p["q"], cache, p["weights"], lens, table,
+                                                 max_len))
+
+
+# ---------------------------------------------------------------------------
+# Errors
+
+
+def test_device_errors_are_reported(rng):
+    p = scoring_problem(rng, next_n=2)
+    bad_table = p["table"].clone()
+    bad_table[1, 0] = p["cache"].shape[0] + 5
+    with pytest.raises(ValueError, match="block_table|page"):
+        dsa.paged_mqa_logits(p["q"], p["cache"], p["weights"], p["lens"], bad_table,
+                             p["max_len"], check_device_errors=True)
+    workspace = torch.empty(dsa.workspace_bytes("paged_mqa_logits", p["q"]) + 256,
+                            dtype=torch.uint8, device=DEVICE)
+    dsa.paged_mqa_logits(p["q"], p["cache"], p["weights"], p["lens"], bad_table, p["max_len"],
+                         workspace=workspace)
+    with pytest.raises(ValueError, match="block_table|page"):
+        dsa.read_device_error(workspace)
+
+
+def test_mixed_devices_are_rejected(rng):
+    p = scoring_problem(rng, next_n=1)
+    with pytest.raises(ValueError, match="paged_mqa_logits"):
+        dsa.paged_mqa_logits(p["q"], p["cache"], p["weights"].cpu(), p["lens"], p["table"],
+                             p["max_len"])
+
+
+def test_cupy_arrays(rng):
+    cupy = pytest.importorskip("cupy")
+    prefix = cupy.asarray(rng.integers(0, 3000, size=5).astype(np.int32))
+    lens = dsa.causal_context_lens(prefix, 3)
+    assert isinstance(lens, cupy.ndarray)
+    integration.verify_context_lens(lens, prefix, 3, "causal")
+    values = cupy.asarray(rng.standard_normal((4, 3000)).astype(np.float32))
+    lengths = cupy.asarray(np.array([3000, 10, 2999, 2048], dtype=np.int32))
+    np.testing.assert_array_equal(dsa.topk(values, lengths, 64, sorted=True).get(),
+                                  ref.topk(values.get(), lengths.get(), 64))

@@ -1,0 +1,564 @@
+#include "bench.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "device_timing.hpp"
+#include "dsa/dsa.hpp"
+#include "json.hpp"
+#include "pipeline.hpp"
+#include "report.hpp"
+#include "run.hpp"
+#include "timing.hpp"
+#include "verify.hpp"
+#include "workload.hpp"
+
+namespace dsa_cli {
+namespace {
+
+constexpr double kSpread = 0.3;  // the reference grid: lengths uniform in +-30%
+constexpr int kGpuIters = 50;
+constexpr int kCpuIters = 3;
+constexpr int kGpuWarmup = 3;
+constexpr int kRateIters = 20;
+constexpr int kMatmulSize = 8192;
+constexpr std::size_t kCopyBytes = std::size_t{1} << 30;
+// Inputs are rotated until the working set is this many times the L2 cache.
+constexpr std::size_t kL2Multiple = 4;
+constexpr int kMaxRotation = 16;
+// Native and per-token logits must agree this closely (relative to the row rms).
+constexpr double kPathAgreementTolerance = 2e-3;
+constexpr double kNotMeasured = std::numeric_limits<double>::quiet_NaN();
+
+struct GridPoint {
+  std::int64_t batch;
+  std::int64_t avg_context;
+  int next_n;
+};
+
+std::vector<GridPoint> grid_points(GridSize size) {
+  std::vector<GridPoint> points;
+  if (size == GridSize::small) {
+    for (const auto& [batch, context] : {std::pair<std::int64_t, std::int64_t>{32, 8192}, {128, 65536}}) {
+      for (int next_n = 1; next_n <= 4; ++next_n) points.push_back({batch, context, next_n});
+    }
+    return points;
+  }
+  for (const std::int64_t batch : {32, 128}) {
+    for (const std::int64_t context : {8192, 32768, 65536}) {
+      for (int next_n = 1; next_n <= 4; ++next_n) points.push_back({batch, context, next_n});
+    }
+  }
+  return points;
+}
+
+// What a device measurement environment provides.
+struct Bench {
+  Target target;
+  dsa::ExecContext ctx;          // backend, stream, workspace set per point
+  int iters = kGpuIters;
+  int warmup = kGpuWarmup;
+  std::size_t l2_bytes = 0;
+  std::size_t rotation_budget = 0;  // bytes the rotated copies may take
+  double copy_bandwidth = 0;        // bytes / s, read + written
+  double fp8_rate = 0;              // FLOP / s
+
+  bool gpu() const { return target.on_gpu(); }
+
+  dsa::Status time(const std::function<dsa::Status(int run)>& launch, double* seconds) const {
+    std::vector<double> runs;
+    DSA_RETURN_IF_ERROR(time_runs(gpu(), ctx.stream, gpu() ? warmup : 0, iters, launch, &runs));
+    *seconds = median(runs);
+    return {};
+  }
+};
+
+// The original buffer plus device copies to cycle through, so that repeated
+// runs do not find their inputs in the L2 cache.
+class Rotation {
+ public:
+  dsa::Status create(const Buffer& original, const Bench& bench) {
+    sets_ = {&original};
+    copies_.clear();
+    if (!bench.gpu() || original.bytes() == 0) return {};
+    const std::size_t wanted = (kL2Multiple * bench.l2_bytes + original.bytes() - 1) / original.bytes();
+    const std::size_t affordable = 1 + bench.rotation_budget / original.bytes();
+    const std::size_t count = std::min<std::size_t>({std::max<std::size_t>(wanted, 2), affordable, kMaxRotation});
+    copies_.resize(count - 1);
+    for (Buffer& copy : copies_) {
+      DSA_RETURN_IF_ERROR(Buffer::allocate(original.bytes(), original.device(), &copy));
+      DSA_RETURN_IF_ERROR(copy_device_to_device(copy.data(), original.data(), original.bytes(), bench.ctx.stream));
+      sets_.push_back(&copy);
+    }
+    return synchronize_stream(bench.ctx.stream);
+  }
+  const Buffer& at(int run) const { return *sets_[static_cast<std::size_t>(run) % sets_.size()]; }
+  int size() const { return static_cast<int>(sets_.size()); }
+
+ private:
+  std::vector<Buffer> copies_;
+  std::vector<const Buffer*> sets_;
+};
+
+struct PointResult {
+  GridPoint point{};
+  Traffic traffic;
+  double native_s = kNotMeasured;
+  double per_token_s = kNotMeasured;
+  double topk_s = kNotMeasured;
+  double index_topk_s = kNotMeasured;
+  double floor_s = kNotMeasured;       // max(native bytes / bandwidth, FLOPs / fp8 rate)
+  double topk_floor_s = kNotMeasured;  // one read of the valid logits
+  double path_difference = 0;          // native vs per-token, relative to the row rms
+  int rotation = 1;
+  std::string problems;  // empty when every check passed
+
+  void note(const std::string& problem) { problems += (problems.empty() ? "" : "; ") + problem; }
+};
+
+// Times `launch`; an `unsupported` backend leaves the time unmeasured, any
+// other error is noted on the result.
+double timed_or_note(const Bench& bench, const char* what, const std::function<dsa::Status(int)>& launch,
+                     PointResult* result) {
+  double seconds = kNotMeasured;
+  const dsa::Status status = bench.time(launch, &seconds);
+  if (status.code() == dsa::ErrorCode::unsupported) return kNotMeasured;
+  if (!status.ok()) {
+    result->note(std::string(what) + ": " + status.to_string());
+    return kNotMeasured;
+  }
+  return seconds;
+}
+
+dsa::Status prepare_point(const Bench& bench, const WorkloadShape& shape, const WorkloadLayout& layout, int k,
+                          Pipeline* pipeline, Buffer* per_token_schedule, Buffer* workspace,
+                          dsa::ExecContext* ctx) {
+  *ctx = bench.ctx;
+  const int workers = dsa::default_num_workers(bench.target.device, *ctx);
+  DSA_RETURN_IF_ERROR(Pipeline::create(shape, layout, bench.target.device, workers, k, pipeline));
+  if (bench.gpu()) {
+    DSA_RETURN_IF_ERROR(Buffer::allocate(pipeline->workspace_bytes(*ctx), bench.target.device, workspace));
+    ctx->workspace = {workspace->data(), workspace->bytes()};
+    DSA_RETURN_IF_ERROR(fill_random_bf16(pipeline->keys.data(), pipeline->keys.bytes() / 2,
+                                         static_cast<std::size_t>(shape.head_dim), shape.seed, ctx->stream));
+    DSA_RETURN_IF_ERROR(pipeline->upload_queries(make_host_queries(shape)));
+  } else {
+    const HostInputs inputs = make_host_inputs(shape, layout);
+    DSA_RETURN_IF_ERROR(pipeline->upload_keys(inputs));
+    DSA_RETURN_IF_ERROR(pipeline->upload_queries(inputs));
+  }
+  DSA_RETURN_IF_ERROR(Buffer::allocate(pipeline->schedule.bytes(), bench.target.device, per_token_schedule));
+  dsa::ExecContext checked = *ctx;
+  checked.check_device_errors = bench.gpu();
+  DSA_RETURN_IF_ERROR(pipeline->run_store_keys(checked));
+  DSA_RETURN_IF_ERROR(pipeline->run_quantize(checked));
+  DSA_RETURN_IF_ERROR(pipeline->run_lengths(checked));
+  DSA_RETURN_IF_ERROR(pipeline->run_plan(dsa::LogitsPath::native, pipeline->schedule, checked));
+  DSA_RETURN_IF_ERROR(pipeline->run_plan(dsa::LogitsPath::per_token, *per_token_schedule, checked));
+  pipeline->keys = Buffer{};  // the bf16 keys are in the cache now
+  return {};
+}
+
+PointResult measure_point(const Bench& bench, const GridPoint& point, int heads, int k, std::uint64_t seed) {
+  PointResult result;
+  result.point = point;
+  WorkloadShape shape;
+  shape.batch = point.batch;
+  shape.avg_context = point.avg_context;
+  shape.next_n = point.next_n;
+  shape.heads = heads;
+  shape.spread = kSpread;
+  shape.seed = seed;
+  const WorkloadLayout layout = make_layout(shape);
+  result.traffic = traffic_of(shape, layout);
+  const std::int64_t rows = shape.rows();
+
+  Pipeline pipeline;
+  Buffer per_token_schedule, workspace;
+  dsa::ExecContext ctx;
+  const dsa::Status prepared =
+      prepare_point(bench, shape, layout, k, &pipeline, &per_token_schedule, &workspace, &ctx);
+  if (!prepared.ok()) {
+    result.note("setup: " + prepared.to_string());
+    return result;
+  }
+  Bench point_bench = bench;
+  point_bench.ctx = ctx;
+
+  Rotation caches;
+  if (const dsa::Status status = caches.create(pipeline.cache, point_bench); !status.ok()) {
+    result.note("rotation: " + status.to_string());
+    return result;
+  }
+  result.rotation = caches.size();
+
+  const auto logits_with = [&](dsa::LogitsPath path, const Buffer& schedule) {
+    return [&pipeline, &caches, &ctx, path, schedule_memory = &schedule](int run) {
+      return pipeline.run_logits(path, *schedule_memory, pipeline.cache_view_of(caches.at(run)), ctx);
+    };
+  };
+  std::vector<float> native_logits, per_token_logits;
+  result.native_s = timed_or_note(point_bench, "native logits",
+                                  logits_with(dsa::LogitsPath::native, pipeline.schedule), &result);
+  if (!std::isnan(result.native_s)) {
+    native_logits.resize(pipeline.logits.bytes() / sizeof(float));
+    if (!pipeline.logits.download(native_logits.data(), pipeline.logits.bytes()).ok()) native_logits.clear();
+  }
+  result.per_token_s = timed_or_note(point_bench, "per-token logits",
+                                     logits_with(dsa::LogitsPath::per_token, per_token_schedule), &result);
+  if (!std::isnan(result.per_token_s)) {
+    per_token_logits.resize(pipeline.logits.bytes() / sizeof(float));
+    if (!pipeline.logits.download(per_token_logits.data(), pipeline.logits.bytes()).ok()) per_token_logits.clear();
+  }
+  if (!native_logits.empty() && !per_token_logits.empty()) {
+    const LogitsComparison agreement = compare_logits(per_token_logits.data(), native_logits.data(), rows,
+                                                      pipeline.logits_stride(), layout.context_lens.data());
+    result.path_difference = agreement.max_relative_error;
+    if (!agreement.passed(kPathAgreementTolerance)) {
+      result.note(format("native and per-token logits differ by %.1e", agreement.max_relative_error));
+    }
+  }
+
+  Rotation logits_sets;
+  if (const dsa::Status status = logits_sets.create(pipeline.logits, point_bench); !status.ok()) {
+    result.note("rotation: " + status.to_string());
+    return result;
+  }
+  result.topk_s = timed_or_note(point_bench, "topk", [&](int run) {
+    return pipeline.run_topk(pipeline.logits_view_of(logits_sets.at(run)), ctx);
+  }, &result);
+  const dsa::LogitsPath fused_path =
+      std::isnan(result.native_s) ? dsa::LogitsPath::per_token : dsa::LogitsPath::native;
+  const Buffer& fused_schedule = std::isnan(result.native_s) ? per_token_schedule : pipeline.schedule;
+  result.index_topk_s = timed_or_note(point_bench, "index_topk", [&](int run) {
+    return pipeline.run_index_topk(fused_path, fused_schedule, pipeline.cache_view_of(caches.at(run)), ctx);
+  }, &result);
+  if (!std::isnan(result.topk_s) && !std::isnan(result.index_topk_s)) {
+    std::vector<std::int32_t> indices(pipeline.indices.bytes() / 4), fused(pipeline.fused_indices.bytes() / 4);
+    if (pipeline.indices.download(indices.data(), pipeline.indices.bytes()).ok() &&
+        pipeline.fused_indices.download(fused.data(), pipeline.fused_indices.bytes()).ok()) {
+      const std::int64_t differing = rows_with_different_sets(fused.data(), indices.data(), k, rows, k);
+      if (differing > 0) result.note(format("index_topk differs from topk in %lld rows", static_cast<long long>(differing)));
+    }
+  }
+  if (bench.gpu()) {
+    if (const dsa::Status status = dsa::read_device_error(ctx); !status.ok()) {
+      result.note("device error: " + status.to_string());
+    }
+    result.floor_s = std::max(result.traffic.native_bytes / bench.copy_bandwidth, result.traffic.flops / bench.fp8_rate);
+    result.topk_floor_s = result.traffic.logits_bytes / bench.copy_bandwidth;
+  }
+  return result;
+}
+
+struct TopkLine {
+  std::int64_t rows = 0;
+  std::int64_t length = 0;
+  LogitsDistribution distribution = LogitsDistribution::uniform;
+  double seconds = kNotMeasured;
+  double floor_s = kNotMeasured;
+  int rotation = 1;
+  std::string problems;
+};
+
+// Top-k alone over rows of synthetic values of one distribution; the
+// selection is checked against the multithreaded CPU backend.
+TopkLine measure_topk_line(const Bench& bench, std::int64_t rows, std::int64_t length,
+                           LogitsDistribution distribution, int k, std::uint64_t seed) {
+  TopkLine line;
+  line.rows = rows;
+  line.length = length;
+  line.distribution = distribution;
+  const auto fail = [&](const char* what, const dsa::Status& status) {
+    line.problems = std::string(what) + ": " + status.to_string();
+    return line;
+  };
+  const dsa::Device device = bench.target.device;
+  Buffer logits, lengths, indices, workspace;
+  const std::size_t values = static_cast<std::size_t>(rows * length);
+  if (auto s = Buffer::allocate(values * sizeof(float), device, &logits); !s.ok()) return fail("allocate", s);
+  if (auto s = Buffer::allocate(static_cast<std::size_t>(rows) * 4, device, &lengths); !s.ok()) return fail("allocate", s);
+  if (auto s = Buffer::allocate(static_cast<std::size_t>(rows * k) * 4, device, &indices); !s.ok()) return fail("allocate", s);
+  dsa::ExecContext ctx = bench.ctx;
+  if (auto s = Buffer::allocate(dsa::topk_workspace_bytes(rows, length, k, ctx), device, &workspace); !s.ok()) {
+    return fail("allocate", s);
+  }
+  ctx.workspace = {workspace.data(), workspace.bytes()};
+  std::vector<std::int32_t> host_lengths(static_cast<std::size_t>(rows), static_cast<std::int32_t>(length));
+  if (auto s = lengths.upload(host_lengths.data(), lengths.bytes()); !s.ok()) return fail("upload", s);
+  if (auto s = fill_logits(static_cast<float*>(logits.data()), values, distribution, seed, ctx.stream); !s.ok()) {
+    return fail("fill", s);
+  }
+  Bench line_bench = bench;
+  line_bench.ctx = ctx;
+  Rotation sets;
+  if (auto s = sets.create(logits, line_bench); !s.ok()) return fail("rotation", s);
+  line.rotation = sets.size();
+  const dsa::TensorView lengths_view = lengths.view(dsa::DType::int32, {rows});
+  const dsa::TensorView indices_view = indices.view(dsa::DType::int32, {rows, k});
+  if (auto s = line_bench.time([&](int run) {
+        return dsa::topk(sets.at(run).view(dsa::DType::float32, {rows, length}), lengths_view, k, indices_view, {},
+                         ctx);
+      }, &line.seconds);
+      !s.ok()) {
+    return fail("topk", s);
+  }
+  line.floor_s = 4.0 * static_cast<double>(values) / bench.copy_bandwidth;
+
+  std::vector<float> host_logits(values);
+  std::vector<std::int32_t> selected(static_cast<std::size_t>(rows * k)), expected(selected.size());
+  if (auto s = logits.download(host_logits.data(), logits.bytes()); !s.ok()) return fail("download", s);
+  if (auto s = indices.download(selected.data(), indices.bytes()); !s.ok()) return fail("download", s);
+  dsa::ExecContext cpu;
+  cpu.backend = dsa::Backend::cpu;
+  if (auto s = dsa::topk(dsa::make_view(host_logits.data(), dsa::DType::float32, {rows, length}),
+                         dsa::make_view(host_lengths.data(), dsa::DType::int32, {rows}), k,
+                         dsa::make_view(expected.data(), dsa::DType::int32, {rows, k}), {}, cpu);
+      !s.ok()) {
+    return fail("cpu topk", s);
+  }
+  const std::int64_t differing = rows_with_different_sets(selected.data(), expected.data(), k, rows, k);
+  if (differing > 0) line.problems = format("%lld rows differ from the CPU selection", static_cast<long long>(differing));
+  return line;
+}
+
+std::string microseconds(double seconds) {
+  return std::isnan(seconds) ? std::string("n/a") : format("%.1f", seconds * 1e6);
+}
+
+std::string ratio(double numerator, double denominator) {
+  return std::isnan(numerator) || std::isnan(denominator) || denominator <= 0 ? std::string("n/a")
+                                                                               : format("%.2f", numerator / denominator);
+}
+
+std::string context_label(std::int64_t tokens) {
+  return tokens % 1024 == 0 ? format("%lldK", static_cast<long long>(tokens / 1024))
+                            : format("%lld", static_cast<long long>(tokens));
+}
+
+Json point_json(const PointResult& r) {
+  Json entry = Json::object();
+  entry.set("batch", r.point.batch);
+  entry.set("avg_context", r.point.avg_context);
+  entry.set("next_n", r.point.next_n);
+  entry.set("sum_lengths", r.traffic.sum_lengths);
+  entry.set("native_bytes", r.traffic.native_bytes);
+  entry.set("per_token_bytes", r.traffic.per_token_bytes);
+  entry.set("flops", r.traffic.flops);
+  entry.set("native_us", r.native_s * 1e6);
+  entry.set("per_token_us", r.per_token_s * 1e6);
+  entry.set("floor_us", r.floor_s * 1e6);
+  entry.set("fraction_of_floor", r.floor_s / r.native_s);
+  entry.set("native_speedup_over_per_token", r.per_token_s / r.native_s);
+  entry.set("topk_us", r.topk_s * 1e6);
+  entry.set("topk_floor_us", r.topk_floor_s * 1e6);
+  entry.set("topk_fraction_of_floor", r.topk_floor_s / r.topk_s);
+  entry.set("index_topk_us", r.index_topk_s * 1e6);
+  entry.set("path_max_relative_difference", r.path_difference);
+  entry.set("rotating_input_sets", r.rotation);
+  entry.set("ok", r.problems.empty());
+  if (!r.problems.empty()) entry.set("problems", r.problems);
+  return entry;
+}
+
+void print_grid_table(std::FILE* out, const std::vector<PointResult>& results, bool with_floor) {
+  std::fprintf(out, "%5s %5s %2s | %10s %9s %7s | %12s %7s | %9s %7s | %13s | %s\n", "B", "ctx", "n", "native us",
+               "floor us", "floor/t", "per-token us", "speedup", "topk us", "floor/t", "index_topk us", "check");
+  for (const PointResult& r : results) {
+    std::fprintf(out, "%5lld %5s %2d | %10s %9s %7s | %12s %7s | %9s %7s | %13s | %s\n",
+                 static_cast<long long>(r.point.batch), context_label(r.point.avg_context).c_str(), r.point.next_n,
+                 microseconds(r.native_s).c_str(), with_floor ? microseconds(r.floor_s).c_str() : "-",
+                 with_floor ? ratio(r.floor_s, r.native_s).c_str() : "-", microseconds(r.per_token_s).c_str(),
+                 ratio(r.per_token_s, r.native_s).c_str(), microseconds(r.topk_s).c_str(),
+                 with_floor ? ratio(r.topk_floor_s, r.topk_s).c_str() : "-", microseconds(r.index_topk_s).c_str(),
+                 r.problems.empty() ? "ok" : r.problems.c_str());
+  }
+}
+
+dsa::Status measure_rates(Bench* bench, std::FILE* text, Json* document) {
+  const std::size_t copy_bytes = std::min<std::size_t>(kCopyBytes, bench->rotation_budget / 2);
+  DSA_RETURN_IF_ERROR(measure_copy_bandwidth(bench->ctx.stream, copy_bytes, kRateIters, &bench->copy_bandwidth));
+  MatmulRate rate;
+  DSA_RETURN_IF_ERROR(measure_fp8_matmul_rate(bench->ctx.stream, kMatmulSize, kRateIters, &rate));
+  bench->fp8_rate = rate.flops_per_second;
+  Json& rates = document->set("rates", Json::object());
+  Json& copy = rates.set("copy_bandwidth", Json::object());
+  copy.set("bytes_per_second", bench->copy_bandwidth);
+  copy.set("buffer_bytes", static_cast<std::int64_t>(copy_bytes));
+  copy.set("method", "cudaMemcpyAsync device to device, bytes read + written, median");
+  Json& matmul = rates.set("fp8_matmul", Json::object());
+  matmul.set("flops_per_second", rate.flops_per_second);
+  matmul.set("size", rate.size);
+  matmul.set("output_type", rate.output_type);
+  matmul.set("method", "cuBLASLt e4m3 x e4m3, fp32 accumulation, median");
+  std::fprintf(text, "copy bandwidth  %.2f TB/s (device-to-device cudaMemcpyAsync of %zu MiB, read + write, median of %d)\n",
+               bench->copy_bandwidth * 1e-12, copy_bytes >> 20, kRateIters);
+  std::fprintf(text, "fp8 matrix rate %.0f TFLOP/s (cuBLASLt e4m3 x e4m3 %d^3, %s output, fp32 accumulation, median of %d)\n",
+               bench->fp8_rate * 1e-12, rate.size, rate.output_type.c_str(), kRateIters);
+  return {};
+}
+
+int gpu_bench(const Options& options, const Target& target, std::FILE* text, Json* document) {
+  Bench bench;
+  bench.target = target;
+  bench.ctx.backend = target.backend;
+  bench.iters = options.iters.value_or(kGpuIters);
+  dsa::DeviceStream stream;
+  dsa::DeviceInfo info;
+  if (auto s = dsa::DeviceStream::create(target.device.index, &stream); !s.ok()) {
+    std::fprintf(stderr, "dsa-indexer bench: %s\n", s.to_string().c_str());
+    return 1;
+  }
+  if (auto s = dsa::get_device_info(target.device.index, &info); !s.ok()) {
+    std::fprintf(stderr, "dsa-indexer bench: %s\n", s.to_string().c_str());
+    return 1;
+  }
+  bench.ctx.stream = stream.handle();
+  bench.l2_bytes = info.l2_cache_bytes;
+  bench.rotation_budget = info.global_memory_bytes / 4;
+
+  const std::string device_text = describe_device(target);
+  std::fprintf(text, "dsa-indexer bench: backend %s (%s) on %s\n", backend_choice_name(options.backend),
+               dsa::backend_name(target.backend), device_text.c_str());
+  document->set("device", device_text);
+  document->set("backend", dsa::backend_name(target.backend));
+  if (auto s = measure_rates(&bench, text, document); !s.ok()) {
+    std::fprintf(stderr, "dsa-indexer bench: measuring the floor rates: %s\n", s.to_string().c_str());
+    document->set("error", s.to_string());
+    return 1;
+  }
+  Json& parameters = document->set("parameters", Json::object());
+  parameters.set("grid", options.grid == GridSize::small ? "small" : "full");
+  parameters.set("heads", options.heads);
+  parameters.set("head_dim", kHeadDim);
+  parameters.set("k", options.k);
+  parameters.set("spread", kSpread);
+  parameters.set("lengths", "causal");
+  parameters.set("page_order", "random permutation");
+  parameters.set("seed", static_cast<std::int64_t>(options.seed));
+  Json& timing = document->set("timing", Json::object());
+  timing.set("method", "CUDA events, median");
+  timing.set("warmup", bench.warmup);
+  timing.set("iters", bench.iters);
+  timing.set("rotation", "inputs copied until they span 4x the L2 cache (2..16 sets)");
+
+  const std::vector<GridPoint> points = grid_points(options.grid);
+  std::vector<PointResult> results;
+  Json& grid = document->set("grid", Json::array());
+  bool all_ok = true;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    std::fprintf(text, "  [%zu/%zu] B=%lld ctx=%s next_n=%d ...\n", i + 1, points.size(),
+                 static_cast<long long>(points[i].batch), context_label(points[i].avg_context).c_str(),
+                 points[i].next_n);
+    std::fflush(text);
+    results.push_back(measure_point(bench, points[i], options.heads, options.k, options.seed + i));
+    grid.push(point_json(results.back()));
+    all_ok = all_ok && results.back().problems.empty();
+  }
+
+  struct TopkCase {
+    std::int64_t rows, length;
+    LogitsDistribution distribution;
+  };
+  const std::vector<TopkCase> cases = {
+      {512, 65536, LogitsDistribution::uniform},      {32, 131072, LogitsDistribution::uniform},
+      {512, 65536, LogitsDistribution::concentrated}, {512, 65536, LogitsDistribution::tied},
+      {512, 65536, LogitsDistribution::constant},
+  };
+  std::vector<TopkLine> lines;
+  Json& topk_json = document->set("topk", Json::array());
+  for (const TopkCase& c : cases) {
+    lines.push_back(measure_topk_line(bench, c.rows, c.length, c.distribution, options.k, options.seed));
+    const TopkLine& line = lines.back();
+    Json& entry = topk_json.push(Json::object());
+    entry.set("rows", line.rows);
+    entry.set("length", line.length);
+    entry.set("k", options.k);
+    entry.set("distribution", distribution_name(line.distribution));
+    entry.set("us", line.seconds * 1e6);
+    entry.set("floor_us", line.floor_s * 1e6);
+    entry.set("fraction_of_floor", line.floor_s / line.seconds);
+    entry.set("rotating_input_sets", line.rotation);
+    entry.set("ok", line.problems.empty());
+    if (!line.problems.empty()) entry.set("problems", line.problems);
+    all_ok = all_ok && line.problems.empty();
+  }
+
+  std::fprintf(text, "\nreference grid: H=%d D=%d k=%d, causal lengths +-30%%, random page order; "
+                     "median of %d runs (CUDA events), inputs rotated over >= 2 copies\n",
+               options.heads, kHeadDim, options.k, bench.iters);
+  std::fprintf(text, "floor = max(bytes / copy bandwidth, FLOPs / fp8 rate); floor/t = fraction of the floor reached; "
+                     "speedup = per-token / native\n");
+  print_grid_table(text, results, true);
+  std::fprintf(text, "\ntop-k alone (k=%d; floor = one read of the logits at copy bandwidth):\n", options.k);
+  std::fprintf(text, "%5s %7s %-13s | %9s %9s %7s | %s\n", "T", "length", "values", "us", "floor us", "floor/t",
+               "check");
+  for (const TopkLine& line : lines) {
+    std::fprintf(text, "%5lld %7s %-13s | %9s %9s %7s | %s\n", static_cast<long long>(line.rows),
+                 context_label(line.length).c_str(), distribution_name(line.distribution),
+                 microseconds(line.seconds).c_str(), microseconds(line.floor_s).c_str(),
+                 ratio(line.floor_s, line.seconds).c_str(), line.problems.empty() ? "ok" : line.problems.c_str());
+  }
+  return all_ok ? 0 : 1;
+}
+
+// Without a GPU: one small point on the CPU backend, without a floor.
+int cpu_bench(const Options& options, const Target& target, std::FILE* text, Json* document) {
+  const std::string reason = "the reference grid and its floor need a CUDA GPU; none is available";
+  std::fprintf(text, "dsa-indexer bench: %s.\nTiming one small point on the %s backend instead (%s):\n",
+               reason.c_str(), dsa::backend_name(target.backend), describe_device(target).c_str());
+  document->set("grid", Json());
+  document->set("note", reason);
+  Bench bench;
+  bench.target = target;
+  bench.ctx.backend = target.backend;
+  bench.iters = options.iters.value_or(kCpuIters);
+  const GridPoint point{2, 2048, 2};
+  const PointResult result = measure_point(bench, point, options.heads, options.k, options.seed);
+  Json& cpu = document->set("cpu_point", point_json(result));
+  cpu.set("method", "std::chrono wall clock, median");
+  cpu.set("iters", bench.iters);
+  print_grid_table(text, {result}, false);
+  return result.problems.empty() ? 0 : 1;
+}
+
+}  // namespace
+
+const char* distribution_name(LogitsDistribution distribution) noexcept {
+  switch (distribution) {
+    case LogitsDistribution::uniform: return "uniform";
+    case LogitsDistribution::concentrated: return "concentrated";
+    case LogitsDistribution::tied: return "tied";
+    case LogitsDistribution::constant: return "constant";
+  }
+  return "?";
+}
+
+int bench_command(const Options& options) {
+  std::FILE* text = options.json && options.json_file.empty() ? stderr : stdout;
+  Json document = Json::object();
+  document.set("tool", "dsa-indexer");
+  document.set("command", "bench");
+  Target target;
+  std::string error;
+  int exit_code = 0;
+  if (!resolve_target(options.backend, &target, &error)) {
+    std::fprintf(stderr, "dsa-indexer bench: %s\n", error.c_str());
+    document.set("error", error);
+    exit_code = 1;
+  } else {
+    exit_code = target.on_gpu() ? gpu_bench(options, target, text, &document)
+                                : cpu_bench(options, target, text, &document);
+  }
+  if (options.json && !write_json(document, options.json_file, &error)) {
+    std::fprintf(stderr, "dsa-indexer: %s\n", error.c_str());
+    return 1;
+  }
+  return exit_code;
+}
+
+}  // namespace dsa_cli

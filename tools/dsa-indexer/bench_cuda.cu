@@ -1,0 +1,288 @@
+// CUDA side of the tool's measurements (see device_timing.hpp).
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include "device_timing.hpp"
+#include "dsa/device.hpp"
+#include "timing.hpp"
+
+namespace dsa_cli {
+namespace {
+
+dsa::Status cuda_status(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return {};
+  return {dsa::ErrorCode::cuda_error, std::string(what) + ": " + cudaGetErrorString(error)};
+}
+
+dsa::Status cublas_status(cublasStatus_t status, const char* what) {
+  if (status == CUBLAS_STATUS_SUCCESS) return {};
+  return {dsa::ErrorCode::cuda_error,
+          std::string(what) + ": cuBLASLt status " + std::to_string(static_cast<int>(status))};
+}
+
+cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
+
+class Event {
+ public:
+  Event() = default;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event() {
+    if (event_ != nullptr) cudaEventDestroy(event_);
+  }
+  dsa::Status create() { return cuda_status(cudaEventCreate(&event_), "cudaEventCreate"); }
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+dsa::Status allocate_on_current_device(std::size_t bytes, dsa::DeviceBuffer* buffer) {
+  int device = 0;
+  DSA_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device), "cudaGetDevice"));
+  return dsa::DeviceBuffer::allocate(bytes, device, buffer);
+}
+
+// splitmix64 finalizer: a counter-based generator, one value per index.
+__device__ __forceinline__ unsigned long long mix(unsigned long long x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+__device__ __forceinline__ float unit_uniform(unsigned long long bits) {
+  return static_cast<float>(bits >> 40) * 0x1.0p-24f;  // [0, 1)
+}
+
+__device__ __forceinline__ float roughly_normal(unsigned long long bits) {
+  const float sum = static_cast<float>(bits & 0xFFFF) + static_cast<float>((bits >> 16) & 0xFFFF) +
+                    static_cast<float>((bits >> 32) & 0xFFFF) + static_cast<float>(bits >> 48);
+  return (sum - 4 * 32767.5f) * (1.0f / 37837.2f);
+}
+
+__global__ void fill_bf16_kernel(__nv_bfloat16* dst, std::size_t count, std::size_t row_length,
+                                 unsigned long long seed) {
+  const std::size_t step = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += step) {
+    const unsigned long long row = i / row_length;
+    const float gain = exp2f(unit_uniform(mix(seed ^ (row * 0xD1B54A32D192ED03ull) ^ 1)) * 4.0f - 2.0f);
+    dst[i] = __float2bfloat16_rn(gain * roughly_normal(mix(seed + i)));
+  }
+}
+
+// Random e4m3 bytes with exponent field < 8 (no NaN, magnitudes below 2).
+__global__ void fill_fp8_kernel(unsigned char* dst, std::size_t count, unsigned long long seed) {
+  const std::size_t step = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += step) {
+    const unsigned long long bits = mix(seed + i);
+    dst[i] = static_cast<unsigned char>((bits & 0x80) | ((bits >> 8) & 0x3F));
+  }
+}
+
+__global__ void fill_logits_kernel(float* dst, std::size_t count, int distribution,
+                                   unsigned long long seed) {
+  const std::size_t step = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += step) {
+    const float u = unit_uniform(mix(seed + i));
+    float value = 1.0f;
+    switch (static_cast<LogitsDistribution>(distribution)) {
+      case LogitsDistribution::uniform: value = 2.0f * u - 1.0f; break;
+      case LogitsDistribution::concentrated: value = 1.0f + u * 0x1.0p-8f; break;
+      case LogitsDistribution::tied: value = floorf(u * 8.0f) * 0.125f; break;
+      case LogitsDistribution::constant: value = 1.0f; break;
+    }
+    dst[i] = value;
+  }
+}
+
+constexpr int kFillThreads = 256;
+
+unsigned fill_blocks(std::size_t count) {
+  const std::size_t blocks = (count + kFillThreads - 1) / kFillThreads;
+  return static_cast<unsigned>(std::clamp<std::size_t>(blocks, 1, 65536));
+}
+
+// cuBLASLt objects of one matrix product, released in reverse order.
+struct MatmulObjects {
+  cublasLtHandle_t handle = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t preference = nullptr;
+
+  MatmulObjects() = default;
+  MatmulObjects(const MatmulObjects&) = delete;
+  MatmulObjects& operator=(const MatmulObjects&) = delete;
+  ~MatmulObjects() {
+    if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
+    if (d != nullptr) cublasLtMatrixLayoutDestroy(d);
+    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+    if (handle != nullptr) cublasLtDestroy(handle);
+  }
+};
+
+// Sets up D = A^T B for fp8 A, B (the "TN" layout fp8 products require) with
+// the given output type; *found is false when cuBLASLt has no algorithm.
+dsa::Status plan_fp8_matmul(int size, cudaDataType_t output_type, std::size_t workspace_bytes,
+                            MatmulObjects* objects, cublasLtMatmulHeuristicResult_t* heuristic,
+                            bool* found) {
+  const auto n = static_cast<std::uint64_t>(size);
+  DSA_RETURN_IF_ERROR(cublas_status(cublasLtCreate(&objects->handle), "cublasLtCreate"));
+  DSA_RETURN_IF_ERROR(cublas_status(
+      cublasLtMatmulDescCreate(&objects->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate"));
+  const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+  DSA_RETURN_IF_ERROR(cublas_status(cublasLtMatmulDescSetAttribute(objects->desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                                   &transpose, sizeof transpose),
+                                    "cublasLtMatmulDescSetAttribute(TRANSA)"));
+  DSA_RETURN_IF_ERROR(cublas_status(
+      cublasLtMatmulDescSetAttribute(objects->desc, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof keep),
+      "cublasLtMatmulDescSetAttribute(TRANSB)"));
+  DSA_RETURN_IF_ERROR(cublas_status(cublasLtMatrixLayoutCreate(&objects->a, CUDA_R_8F_E4M3, n, n, n),
+                                    "cublasLtMatrixLayoutCreate(A)"));
+  DSA_RETURN_IF_ERROR(cublas_status(cublasLtMatrixLayoutCreate(&objects->b, CUDA_R_8F_E4M3, n, n, n),
+                                    "cublasLtMatrixLayoutCreate(B)"));
+  DSA_RETURN_IF_ERROR(cublas_status(cublasLtMatrixLayoutCreate(&objects->d, output_type, n, n, n),
+                                    "cublasLtMatrixLayoutCreate(D)"));
+  DSA_RETURN_IF_ERROR(cublas_status(cublasLtMatmulPreferenceCreate(&objects->preference),
+                                    "cublasLtMatmulPreferenceCreate"));
+  DSA_RETURN_IF_ERROR(cublas_status(
+      cublasLtMatmulPreferenceSetAttribute(objects->preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                           &workspace_bytes, sizeof workspace_bytes),
+      "cublasLtMatmulPreferenceSetAttribute"));
+  int results = 0;
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(objects->handle, objects->desc, objects->a, objects->b, objects->d,
+                                     objects->d, objects->preference, 1, heuristic, &results);
+  *found = status == CUBLAS_STATUS_SUCCESS && results > 0;
+  return {};
+}
+
+}  // namespace
+
+dsa::Status time_device_runs(void* stream, int warmup, int iters,
+                             const std::function<dsa::Status(int run)>& launch,
+                             std::vector<double>* seconds) {
+  const int total = warmup + iters;
+  std::vector<Event> starts(static_cast<std::size_t>(iters));
+  std::vector<Event> ends(static_cast<std::size_t>(iters));
+  for (int i = 0; i < iters; ++i) {
+    DSA_RETURN_IF_ERROR(starts[static_cast<std::size_t>(i)].create());
+    DSA_RETURN_IF_ERROR(ends[static_cast<std::size_t>(i)].create());
+  }
+  for (int run = 0; run < total; ++run) {
+    const int timed = run - warmup;
+    if (timed >= 0) {
+      DSA_RETURN_IF_ERROR(cuda_status(
+          cudaEventRecord(starts[static_cast<std::size_t>(timed)].get(), as_stream(stream)), "cudaEventRecord"));
+    }
+    DSA_RETURN_IF_ERROR(launch(run));
+    if (timed >= 0) {
+      DSA_RETURN_IF_ERROR(cuda_status(
+          cudaEventRecord(ends[static_cast<std::size_t>(timed)].get(), as_stream(stream)), "cudaEventRecord"));
+    }
+  }
+  DSA_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(as_stream(stream)), "cudaStreamSynchronize"));
+  seconds->assign(static_cast<std::size_t>(iters), 0.0);
+  for (int i = 0; i < iters; ++i) {
+    float milliseconds = 0;
+    DSA_RETURN_IF_ERROR(cuda_status(cudaEventElapsedTime(&milliseconds, starts[static_cast<std::size_t>(i)].get(),
+                                                         ends[static_cast<std::size_t>(i)].get()),
+                                    "cudaEventElapsedTime"));
+    (*seconds)[static_cast<std::size_t>(i)] = milliseconds * 1e-3;
+  }
+  return {};
+}
+
+dsa::Status measure_copy_bandwidth(void* stream, std::size_t buffer_bytes, int iters,
+                                   double* bytes_per_second) {
+  dsa::DeviceBuffer source, destination;
+  DSA_RETURN_IF_ERROR(allocate_on_current_device(buffer_bytes, &source));
+  DSA_RETURN_IF_ERROR(allocate_on_current_device(buffer_bytes, &destination));
+  DSA_RETURN_IF_ERROR(source.fill_bytes(1));
+  std::vector<double> seconds;
+  DSA_RETURN_IF_ERROR(time_device_runs(stream, 3, iters, [&](int) {
+    return copy_device_to_device(destination.data(), source.data(), buffer_bytes, stream);
+  }, &seconds));
+  *bytes_per_second = 2.0 * static_cast<double>(buffer_bytes) / median(seconds);
+  return {};
+}
+
+dsa::Status measure_fp8_matmul_rate(void* stream, int size, int iters, MatmulRate* rate) {
+  constexpr std::size_t kWorkspaceBytes = std::size_t{64} << 20;
+  const std::size_t elements = static_cast<std::size_t>(size) * static_cast<std::size_t>(size);
+
+  // bf16 output first (what fp8 products usually feed), fp32 if cuBLASLt has no algorithm for it.
+  const std::pair<cudaDataType_t, const char*> outputs[] = {{CUDA_R_16BF, "bfloat16"},
+                                                            {CUDA_R_32F, "float32"}};
+  for (const auto& [output_type, output_name] : outputs) {
+    MatmulObjects objects;
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    bool found = false;
+    DSA_RETURN_IF_ERROR(plan_fp8_matmul(size, output_type, kWorkspaceBytes, &objects, &heuristic, &found));
+    if (!found) continue;
+
+    const std::size_t output_bytes = elements * (output_type == CUDA_R_32F ? 4 : 2);
+    dsa::DeviceBuffer a, b, d, workspace;
+    DSA_RETURN_IF_ERROR(allocate_on_current_device(elements, &a));
+    DSA_RETURN_IF_ERROR(allocate_on_current_device(elements, &b));
+    DSA_RETURN_IF_ERROR(allocate_on_current_device(output_bytes, &d));
+    DSA_RETURN_IF_ERROR(allocate_on_current_device(kWorkspaceBytes, &workspace));
+    fill_fp8_kernel<<<fill_blocks(elements), kFillThreads, 0, as_stream(stream)>>>(
+        static_cast<unsigned char*>(a.data()), elements, 11);
+    fill_fp8_kernel<<<fill_blocks(elements), kFillThreads, 0, as_stream(stream)>>>(
+        static_cast<unsigned char*>(b.data()), elements, 12);
+    DSA_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "fill_fp8_kernel"));
+
+    const float alpha = 1.0f, beta = 0.0f;
+    std::vector<double> seconds;
+    DSA_RETURN_IF_ERROR(time_device_runs(stream, 3, iters, [&](int) {
+      return cublas_status(cublasLtMatmul(objects.handle, objects.desc, &alpha, a.data(), objects.a, b.data(),
+                                          objects.b, &beta, d.data(), objects.d, d.data(), objects.d,
+                                          &heuristic.algo, workspace.data(), kWorkspaceBytes,
+                                          as_stream(stream)),
+                           "cublasLtMatmul");
+    }, &seconds));
+    rate->size = size;
+    rate->output_type = output_name;
+    rate->flops_per_second = 2.0 * static_cast<double>(size) * size * size / median(seconds);
+    return {};
+  }
+  return {dsa::ErrorCode::unsupported, "cuBLASLt offers no fp8 e4m3 matrix product on this device"};
+}
+
+dsa::Status copy_device_to_device(void* dst, const void* src, std::size_t bytes, void* stream) {
+  return cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, as_stream(stream)),
+                     "cudaMemcpyAsync");
+}
+
+dsa::Status synchronize_stream(void* stream) {
+  return cuda_status(cudaStreamSynchronize(as_stream(stream)), "cudaStreamSynchronize");
+}
+
+dsa::Status fill_random_bf16(void* dst, std::size_t count, std::size_t row_length, std::uint64_t seed,
+                             void* stream) {
+  if (count == 0) return {};
+  fill_bf16_kernel<<<fill_blocks(count), kFillThreads, 0, as_stream(stream)>>>(
+      static_cast<__nv_bfloat16*>(dst), count, std::max<std::size_t>(row_length, 1), seed);
+  return cuda_status(cudaGetLastError(), "fill_bf16_kernel");
+}
+
+dsa::Status fill_logits(float* dst, std::size_t count, LogitsDistribution distribution, std::uint64_t seed,
+                        void* stream) {
+  if (count == 0) return {};
+  fill_logits_kernel<<<fill_blocks(count), kFillThreads, 0, as_stream(stream)>>>(
+      dst, count, static_cast<int>(distribution), seed);
+  return cuda_status(cudaGetLastError(), "fill_logits_kernel");
+}
+
+}  // namespace dsa_cli

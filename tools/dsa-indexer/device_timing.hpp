@@ -1,0 +1,58 @@
+// GPU measurements the tool needs beyond the library: event timing, the
+// device copy bandwidth, the fp8 matrix rate, device-side fills and copies.
+// Plain C++ so that only bench_cuda.cu sees CUDA headers; in a build without
+// CUDA every function returns `unsupported`.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "dsa/status.hpp"
+
+namespace dsa_cli {
+
+// Enqueues `launch(run)` on `stream` (a cudaStream_t) warmup + iters times,
+// each bracketed by CUDA events, and returns the last `iters` durations in
+// seconds. `run` counts from 0 over all launches so callers can rotate inputs.
+dsa::Status time_device_runs(void* stream, int warmup, int iters,
+                             const std::function<dsa::Status(int run)>& launch,
+                             std::vector<double>* seconds);
+
+// Median bandwidth of device-to-device cudaMemcpyAsync of `buffer_bytes`
+// bytes, counting bytes read plus bytes written.
+dsa::Status measure_copy_bandwidth(void* stream, std::size_t buffer_bytes, int iters,
+                                   double* bytes_per_second);
+
+struct MatmulRate {
+  double flops_per_second = 0;
+  int size = 0;             // M = N = K
+  std::string output_type;  // "float32" or "bfloat16"
+};
+// Median rate of a cuBLASLt fp8 e4m3 x e4m3 size^3 matrix product with fp32
+// accumulation (fp32 output where cuBLASLt offers it, else bf16).
+dsa::Status measure_fp8_matmul_rate(void* stream, int size, int iters, MatmulRate* rate);
+
+// Asynchronous device-to-device copy on `stream`.
+dsa::Status copy_device_to_device(void* dst, const void* src, std::size_t bytes, void* stream);
+dsa::Status synchronize_stream(void* stream);
+
+// Fills `count` bf16 values with roughly normal numbers from `seed`, each
+// row of `row_length` values scaled by its own gain in [0.25, 4].
+dsa::Status fill_random_bf16(void* dst, std::size_t count, std::size_t row_length,
+                             std::uint64_t seed, void* stream);
+
+// Value distributions for top-k measurements.
+enum class LogitsDistribution {
+  uniform,       // uniform in [-1, 1)
+  concentrated,  // 1 + u * 2^-16: every value shares sign, exponent and top mantissa bits
+  tied,          // 8 distinct values: thousands of ties at the threshold
+  constant,      // every value equal
+};
+const char* distribution_name(LogitsDistribution distribution) noexcept;
+dsa::Status fill_logits(float* dst, std::size_t count, LogitsDistribution distribution,
+                        std::uint64_t seed, void* stream);
+
+}  // namespace dsa_cli

@@ -1,0 +1,309 @@
+#include "options.hpp"
+
+#include <charconv>
+#include <cstdlib>
+#include <functional>
+#include <initializer_list>
+#include <limits>
+#include <string_view>
+
+namespace dsa_cli {
+namespace {
+
+constexpr std::int64_t kMaxBatch = 16384;
+constexpr std::int64_t kMaxContext = 1 << 22;  // keeps every length and slot in int32
+constexpr int kMaxNextN = 8;
+constexpr int kMaxHeads = 256;
+constexpr int kMaxIters = 100000;
+
+std::optional<std::int64_t> parse_integer(std::string_view text) {
+  std::int64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc{} || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+std::optional<double> parse_real(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  const std::string copy(text);
+  char* end = nullptr;
+  const double value = std::strtod(copy.c_str(), &end);
+  if (end != copy.c_str() + copy.size()) return std::nullopt;
+  return value;
+}
+
+// Parses `value` of `flag` as an integer in [low, high] into *out, or
+// returns the usage error.
+std::string integer_in_range(const std::string& flag, std::string_view value, std::int64_t low,
+                             std::int64_t high, std::int64_t* out) {
+  const auto parsed = parse_integer(value);
+  if (!parsed || *parsed < low || *parsed > high) {
+    return flag + ": expected an integer in [" + std::to_string(low) + ", " +
+           std::to_string(high) + "], got '" + std::string(value) + "'";
+  }
+  *out = *parsed;
+  return {};
+}
+
+template <typename Enum>
+std::string one_of(const std::string& flag, std::string_view value,
+                   std::initializer_list<std::pair<const char*, Enum>> choices, Enum* out) {
+  std::string names;
+  for (const auto& [name, choice] : choices) {
+    if (value == name) {
+      *out = choice;
+      return {};
+    }
+    names += names.empty() ? "" : ", ";
+    names += name;
+  }
+  return flag + ": expected one of " + names + ", got '" + std::string(value) + "'";
+}
+
+struct Flag {
+  const char* name;
+  bool takes_value;
+  bool for_run;
+  bool for_bench;
+  std::function<std::string(std::string_view value, Options& options)> apply;
+};
+
+std::vector<Flag> flag_table() {
+  using L = std::int64_t;
+  return {
+      {"--backend", true, true, true,
+       [](std::string_view v, Options& o) {
+         return one_of<BackendChoice>("--backend", v,
+                                      {{"auto", BackendChoice::automatic},
+                                       {"cpu", BackendChoice::cpu},
+                                       {"cpu-reference", BackendChoice::cpu_reference},
+                                       {"cuda", BackendChoice::cuda},
+                                       {"cuda-generic", BackendChoice::cuda_generic},
+                                       {"cuda-hopper", BackendChoice::cuda_hopper}},
+                                      &o.backend);
+       }},
+      {"--batch", true, true, false,
+       [](std::string_view v, Options& o) {
+         L value = 0;
+         std::string error = integer_in_range("--batch", v, 1, kMaxBatch, &value);
+         if (error.empty()) o.batch = value;
+         return error;
+       }},
+      {"--context", true, true, false,
+       [](std::string_view v, Options& o) {
+         L value = 0;
+         std::string error = integer_in_range("--context", v, 1, kMaxContext, &value);
+         if (error.empty()) o.context = value;
+         return error;
+       }},
+      {"--next-n", true, true, false,
+       [](std::string_view v, Options& o) {
+         L value = 0;
+         std::string error = integer_in_range("--next-n", v, 1, kMaxNextN, &value);
+         o.next_n = static_cast<int>(value);
+         return error;
+       }},
+      {"--spread", true, true, false,
+       [](std::string_view v, Options& o) -> std::string {
+         const auto value = parse_real(v);
+         if (!value || !(*value >= 0.0 && *value < 1.0)) {
+           return "--spread: expected a fraction in [0, 1) (0.3 means +-30%), got '" +
+                  std::string(v) + "'";
+         }
+         o.spread = *value;
+         return {};
+       }},
+      {"--k", true, true, true,
+       [](std::string_view v, Options& o) {
+         L value = 0;
+         std::string error = integer_in_range("--k", v, 1, 2048, &value);
+         o.k = static_cast<int>(value);
+         return error;
+       }},
+      {"--heads", true, true, true,
+       [](std::string_view v, Options& o) {
+         L value = 0;
+         std::string error = integer_in_range("--heads", v, 1, kMaxHeads, &value);
+         o.heads = static_cast<int>(value);
+         return error;
+       }},
+      {"--path", true, true, false,
+       [](std::string_view v, Options& o) {
+         return one_of<dsa::LogitsPath>("--path", v,
+                                        {{"auto", dsa::LogitsPath::automatic},
+                                         {"native", dsa::LogitsPath::native},
+                                         {"per-token", dsa::LogitsPath::per_token}},
+                                        &o.path);
+       }},
+      {"--seed", true, true, true,
+       [](std::string_view v, Options& o) {
+         L value = 0;
+         std::string error =
+             integer_in_range("--seed", v, 0, std::numeric_limits<L>::max(), &value);
+         o.seed = static_cast<std::uint64_t>(value);
+         return error;
+       }},
+      {"--iters", true, true, true,
+       [](std::string_view v, Options& o) {
+         L value = 0;
+         std::string error = integer_in_range("--iters", v, 1, kMaxIters, &value);
+         if (error.empty()) o.iters = static_cast<int>(value);
+         return error;
+       }},
+      {"--tolerance", true, true, false,
+       [](std::string_view v, Options& o) -> std::string {
+         const auto value = parse_real(v);
+         if (!value || !(*value > 0.0 && *value < 1.0)) {
+           return "--tolerance: expected a relative error in (0, 1), got '" + std::string(v) +
+                  "'";
+         }
+         o.tolerance = *value;
+         return {};
+       }},
+      {"--grid", true, false, true,
+       [](std::string_view v, Options& o) {
+         return one_of<GridSize>("--grid", v,
+                                 {{"full", GridSize::full}, {"small", GridSize::small}}, &o.grid);
+       }},
+  };
+}
+
+const char* command_name(Command command) {
+  return command == Command::bench ? "bench" : "the default run";
+}
+
+}  // namespace
+
+const char* backend_choice_name(BackendChoice choice) noexcept {
+  switch (choice) {
+    case BackendChoice::automatic: return "auto";
+    case BackendChoice::cpu: return "cpu";
+    case BackendChoice::cpu_reference: return "cpu-reference";
+    case BackendChoice::cuda: return "cuda";
+    case BackendChoice::cuda_generic: return "cuda-generic";
+    case BackendChoice::cuda_hopper: return "cuda-hopper";
+  }
+  return "?";
+}
+
+ParseResult parse_options(const std::vector<std::string>& args) {
+  ParseResult result;
+  Options& options = result.options;
+  std::size_t next = 0;
+  if (!args.empty() && !args[0].starts_with("-")) {
+    if (args[0] == "bench") {
+      options.command = Command::bench;
+    } else if (args[0] == "run") {
+      options.command = Command::run;
+    } else if (args[0] == "help") {
+      options.command = Command::help;
+      return result;
+    } else {
+      result.error = "unknown command '" + args[0] + "' (expected bench, run or help)";
+      return result;
+    }
+    next = 1;
+  }
+
+  const std::vector<Flag> flags = flag_table();
+  while (next < args.size()) {
+    const std::string& arg = args[next++];
+    if (arg == "--help" || arg == "-h") {
+      options.command = Command::help;
+      return result;
+    }
+    if (arg == "--json" || arg.starts_with("--json=")) {
+      options.json = true;
+      if (arg.size() > 7) {
+        options.json_file = arg.substr(7);
+      } else if (next < args.size() && !args[next].starts_with("-")) {
+        options.json_file = args[next++];
+      }
+      if (options.json_file == "-") options.json_file.clear();
+      continue;
+    }
+    const std::size_t equals = arg.find('=');
+    const std::string name = arg.substr(0, equals);
+    const Flag* flag = nullptr;
+    for (const Flag& candidate : flags) {
+      if (name == candidate.name) flag = &candidate;
+    }
+    if (flag == nullptr) {
+      result.error = arg.starts_with("-") ? "unknown option '" + name + "'"
+                                          : "unexpected argument '" + arg +
+                                                "' (the command must come first)";
+      return result;
+    }
+    const bool allowed =
+        options.command == Command::bench ? flag->for_bench : flag->for_run;
+    if (!allowed) {
+      result.error = name + ": not an option of " + command_name(options.command) +
+                     (options.command == Command::bench
+                          ? " (the reference grid fixes it; see --grid)"
+                          : " (only for the bench command)");
+      return result;
+    }
+    std::string value;
+    if (equals != std::string::npos) {
+      value = arg.substr(equals + 1);
+    } else if (next < args.size()) {
+      value = args[next++];
+    } else {
+      result.error = name + ": missing value";
+      return result;
+    }
+    result.error = flag->apply(value, options);
+    if (!result.error.empty()) return result;
+  }
+  return result;
+}
+
+std::string usage_text() {
+  return R"(dsa-indexer: index selection for DeepSeek Sparse Attention (lightning indexer + top-k)
+
+Usage:
+  dsa-indexer [run] [options]     build a DeepSeek-V3.2-shaped workload, run the whole
+                                  pipeline on one backend, verify it against the float64
+                                  CPU reference and time every stage
+  dsa-indexer bench [options]     GPU: measure copy bandwidth and the fp8 matrix rate,
+                                  then time the reference grid against its floor
+  dsa-indexer --help
+
+Pipeline of the default run: store_index_keys (bf16 keys -> fp8 paged cache),
+quantize_queries (bf16 q + raw head gate), causal_context_lens, plan_schedule,
+paged_mqa_logits, topk, index_topk. Exit status: 0 when verification passes,
+1 when it fails or an operation reports an error, 2 on a usage error.
+
+Options of the default run:
+  --backend B     auto | cpu | cpu-reference | cuda | cuda-generic | cuda-hopper
+                  (default auto: a CUDA device when present, else the multithreaded CPU)
+  --batch N       requests B, 1..16384 (default 4 on the CPU, 32 on a GPU)
+  --context N     average context length, 1..4194304 (default 4096 on the CPU, 32768 on a GPU)
+  --spread F      lengths uniform in +-F around the average, 0 <= F < 1 (default 0.3)
+  --next-n N      draft tokens per request, 1..8 (default 2)
+  --heads N       indexer heads H, 1..256 (default 64; the Hopper kernels serve 32 and 64)
+  --k N           top-k, 1..2048 (default 2048)
+  --path P        auto | native | per-token: how the logits kernel reads the cache
+  --seed N        random seed of the workload (default 1)
+  --iters N       timed repetitions per stage (default 3 on the CPU, 100 on a GPU)
+  --tolerance F   largest max relative logits error that passes
+                  (default 1e-4 on the CPU, 2e-3 on a GPU)
+  --json[=FILE]   machine-readable report to FILE, or to standard output when no FILE is
+                  given ('--json FILE' works too); the text report then goes to stderr
+
+Options of bench:
+  --backend B     as above (default auto)
+  --grid G        full: B in {32, 128} x average context {8K, 32K, 64K} x next_n 1..4;
+                  small: B=32 at 8K and B=128 at 64K, next_n 1..4 (default full)
+  --heads N, --k N, --seed N
+  --iters N       timed repetitions per measurement (default 50)
+  --json[=FILE]   everything measured, as JSON; the table is printed at the end
+  Without a CUDA device, bench says the grid needs a GPU, times one small point on the
+  CPU backend (no floor: the rates it needs are GPU measurements) and exits 0.
+
+Lengths are causal (row j of request b sees prefix_b + j + 1 positions), pages are
+randomly permuted, H x D = heads x 128, page size 64. See docs/cli.md.
+)";
+}
+
+}  // namespace dsa_cli

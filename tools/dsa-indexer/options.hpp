@@ -1,0 +1,55 @@
+// Command-line options of dsa-indexer and their parsing.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dsa/schedule.hpp"
+
+namespace dsa_cli {
+
+enum class Command { run, bench, help };
+
+// What --backend asks for; `automatic` means a GPU when one is present, else
+// the multithreaded CPU backend.
+enum class BackendChoice { automatic, cpu, cpu_reference, cuda, cuda_generic, cuda_hopper };
+
+const char* backend_choice_name(BackendChoice choice) noexcept;
+
+enum class GridSize { full, small };
+
+struct Options {
+  Command command = Command::run;
+  BackendChoice backend = BackendChoice::automatic;
+  // Unset sizes take defaults that depend on where the run happens (see
+  // default_batch / default_context in workload.hpp).
+  std::optional<std::int64_t> batch;
+  std::optional<std::int64_t> context;
+  int next_n = 2;
+  double spread = 0.3;
+  int k = 2048;
+  int heads = 64;
+  dsa::LogitsPath path = dsa::LogitsPath::automatic;
+  std::uint64_t seed = 1;
+  // Timed repetitions per measurement; unset: a few on the CPU, many on a GPU.
+  std::optional<int> iters;
+  // Largest max relative logits error that passes; unset: per backend default.
+  std::optional<double> tolerance;
+  GridSize grid = GridSize::full;
+  bool json = false;
+  std::string json_file;  // empty with json: standard output
+};
+
+struct ParseResult {
+  Options options;
+  std::string error;  // non-empty: a usage error naming the flag and the rule
+};
+
+ParseResult parse_options(const std::vector<std::string>& args);
+
+// The --help text.
+std::string usage_text();
+
+}  // namespace dsa_cli

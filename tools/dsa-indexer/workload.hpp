@@ -1,0 +1,74 @@
+// DeepSeek-V3.2-shaped synthetic workloads: lengths, paged block tables,
+// bf16 keys / queries / head gates, and the byte and FLOP counts of a call.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace dsa_cli {
+
+inline constexpr int kHeadDim = 128;
+
+struct WorkloadShape {
+  std::int64_t batch = 4;
+  int next_n = 2;
+  int heads = 64;
+  int head_dim = kHeadDim;
+  std::int64_t avg_context = 4096;  // average context length (tokens)
+  double spread = 0.3;              // lengths uniform in +-spread around the average
+  std::uint64_t seed = 1;
+
+  std::int64_t rows() const { return batch * next_n; }
+};
+
+// Lengths and the paged layout, shared by every input set of a workload.
+struct WorkloadLayout {
+  std::vector<std::int32_t> prefix_lens;   // [B] committed lengths
+  std::vector<std::int32_t> context_lens;  // [B, next_n] causal: prefix + j + 1
+  std::int64_t max_context_len = 0;
+  std::int64_t max_blocks = 0;             // block-table columns
+  std::int64_t num_pages = 0;
+  std::vector<std::int32_t> block_table;   // [B, max_blocks]; -1 past a request's pages
+  // Every cached token, request by request and position by position: its slot
+  // block_table[b, p / 64] * 64 + p % 64.
+  std::vector<std::int32_t> slot_mapping;
+
+  std::int64_t num_tokens() const { return static_cast<std::int64_t>(slot_mapping.size()); }
+  std::int64_t cache_bytes(int head_dim) const;  // num_pages * 64 * (D + 4)
+};
+
+// Lengths uniform in [avg * (1 - spread), avg * (1 + spread)] (at least 0)
+// for the prefix, causal rows on top, pages of every request drawn from one
+// random permutation of [0, num_pages).
+WorkloadLayout make_layout(const WorkloadShape& shape);
+
+// bf16 values (as raw 16-bit patterns) of one input set.
+struct HostInputs {
+  std::vector<std::uint16_t> keys;       // [num_tokens, D], row i stored at slot_mapping[i]
+  std::vector<std::uint16_t> queries;    // [B, next_n, H, D]
+  std::vector<std::uint16_t> head_gate;  // [B * next_n, H]
+};
+
+// Roughly normal values; every key token also gets its own gain in
+// [0.25, 4] so that quantization scales differ between tokens.
+HostInputs make_host_inputs(const WorkloadShape& shape, const WorkloadLayout& layout);
+// Only the queries and head gate (the keys are produced elsewhere).
+HostInputs make_host_queries(const WorkloadShape& shape);
+
+// Round-to-nearest-even float -> bfloat16 bit pattern (NaN stays NaN).
+std::uint16_t float_to_bf16(float value);
+
+// Bytes and FLOPs of one paged_mqa_logits call (see DESIGN.md, "Measuring
+// performance"): keys (D + 4 bytes a token) read once per request on the
+// native path and once per row on the per-token path, 4 bytes of logits
+// written per row and valid position, 2 * H * D FLOPs per row and position.
+struct Traffic {
+  double sum_lengths = 0;        // sum of L[b, j]
+  double native_bytes = 0;       // sum_b (D + 4) * max_j L[b, j] + 4 * sum L
+  double per_token_bytes = 0;    // sum_{b,j} (D + 4) * L[b, j] + 4 * sum L
+  double flops = 0;              // 2 * H * D * sum L
+  double logits_bytes = 0;       // 4 * sum L: one read (top-k) or write (logits)
+};
+Traffic traffic_of(const WorkloadShape& shape, const WorkloadLayout& layout);
+
+}  // namespace dsa_cli
