@@ -31,7 +31,7 @@ struct TopkOptions {
 //   indices  int32 [T, K] output with K >= k, inner dimension contiguous; columns
 //            [0, k) are written
 // Row r: when lengths[r] <= k, positions 0 .. lengths[r] - 1 in increasing
-// order, then -1. Otherwise the k positions of the largest values among
+// order (with or without `sorted`), then -1. Otherwise the k positions of the largest values among
 // [0, lengths[r]) under this total order: NaN counts as -inf, -0.0 equals
 // +0.0, and of equal values the smaller position wins. The output is exact
 // (never drops or duplicates a winner) and bitwise identical run to run.

@@ -10,9 +10,10 @@
 //
 // Per page, the 64 keys (fp8, 128-byte rows, 128-byte swizzle) are the A
 // operand of m64nNk32 wgmma and the unit's queries the B operand, N = draft
-// rows x heads per pass. Accumulator row = token, so the weighted ReLU sum
-// over heads is in-thread plus a reduce-scatter over the 4 threads that share
-// a token row.
+// rows x heads per pass; a warpgroup issues a page's next pass before the
+// epilogue of the current one. Accumulator row = token, so the weighted ReLU
+// sum over heads is in-thread plus a reduce-scatter over the 4 threads that
+// share a token row.
 #pragma once
 
 #include <cuda.h>
@@ -40,7 +41,16 @@ inline constexpr int kFillThreads = kWarpgroupThreads - 32;
 inline constexpr int kProducerRegisters = 56;
 inline constexpr int kConsumerRegisters = 224;
 inline constexpr int kMaxSharedBytes = 227 * 1024;
-inline constexpr int kMaxStages = 16;
+inline constexpr int kMaxStages = 32;
+// A query slot is free again once every consumer warp has finished every page
+// scored against it. The count of those pages is known only when the unit
+// ends, so the slot's barrier expects the largest arrival count; consumer
+// warps arrive once per page and the producer adds the remainder when it
+// closes the unit. A unit longer than kMaxGenerationPages gets its queries
+// loaded again, which keeps the remainder positive.
+inline constexpr std::uint32_t kQueryReleaseArrivals = (1u << 20) - 1;
+inline constexpr int kMaxGenerationPages = 1 << 16;
+static_assert(4 * kMaxGenerationPages < static_cast<int>(kQueryReleaseArrivals));
 
 struct LogitsKernelParams {
   const std::uint8_t* cache_base = nullptr;
@@ -71,7 +81,6 @@ struct StageInfo {
   std::int32_t first_position;  // key position of the page's row 0
   std::int32_t generation;      // which query load the page is scored against
   std::int32_t kind;
-  std::int32_t unused;
 };
 
 // One unit's queries travel by tensor copy; this is the rest of what the
@@ -83,9 +92,6 @@ struct QueryInfo {
   // Length of each row, or -1 when the row breaks a length rule (the fill
   // warps own such rows).
   std::int32_t lengths[kRows];
-  // Consumer warps add 1 per page, the producer subtracts 4 * pages when the
-  // unit is complete; whoever brings it to 0 frees the query slot.
-  std::int32_t pending;
 };
 
 template <int kRows, int kHeads>
@@ -213,7 +219,7 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
     const int slot = sequence % kStages;
     ptx::mbarrier_wait(&page_empty[slot], ((sequence / kStages) & 1) ^ 1);
     if (leader) {
-      stage_info[slot] = StageInfo{first_position, generation, kind, 0};
+      stage_info[slot] = StageInfo{first_position, generation, kind};
       if (kind == kStagePage) {
         ptx::mbarrier_arrive_expect_tx(&page_full[slot], kPageKeyBytes + kPageScaleBytes);
         ptx::tensor_copy_3d(smem + Layout::keys + slot * kPageKeyBytes, key_map, 0, 0, page,
@@ -232,11 +238,8 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
   auto close_generation = [&]() {
     if (generation < 0) return;
     if (leader) {
-      auto& slot = info[generation & 1];
-      const std::int32_t delta = -4 * generation_pages;
-      if (ptx::atomic_add_release(&slot.pending, delta) + delta == 0) {
-        ptx::mbarrier_arrive(&query_empty[generation & 1]);
-      }
+      ptx::mbarrier_arrive(&query_empty[generation & 1],
+                           kQueryReleaseArrivals - 4 * static_cast<std::uint32_t>(generation_pages));
     }
     __syncwarp();
   };
@@ -307,7 +310,7 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
                               : -1;
                     }
                     // After the window read is issued, so the two latencies overlap.
-                    if (!query_loaded) load_queries();
+                    if (!query_loaded || generation_pages == kMaxGenerationPages) load_queries();
                     const std::int32_t page = __shfl_sync(
                         0xffffffffu, window_entry, static_cast<int>(block - window_first));
                     const bool in_range = page >= 0 && page < p.num_pages;
@@ -631,11 +634,10 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
         }
       }
     }
-    // This warp is done with the unit's queries (products waited for,
-    // weights and lengths read): count it.
-    if (lane == 0 && ptx::atomic_add_release(&query.pending, 1) + 1 == 0) {
-      ptx::mbarrier_arrive(&query_empty[query_slot]);
-    }
+    // This warp is done with the page's use of the queries (products waited
+    // for, weights and lengths read).
+    __syncwarp();
+    if (lane == 0) ptx::mbarrier_arrive(&query_empty[query_slot]);
   }
 }
 
@@ -660,8 +662,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     for (int s = 0; s < 2; ++s) {
       ptx::mbarrier_init(&barriers[2 * kStages + s], 1);      // query full
-      ptx::mbarrier_init(&barriers[2 * kStages + 2 + s], 1);  // query empty
-      reinterpret_cast<QueryInfo<kRows, kHeads>*>(smem + Layout::query_info)[s].pending = 0;
+      ptx::mbarrier_init(&barriers[2 * kStages + 2 + s], kQueryReleaseArrivals);  // query empty
     }
     ptx::fence_barrier_init();
   }

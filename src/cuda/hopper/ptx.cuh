@@ -49,6 +49,19 @@ __device__ __forceinline__ void mbarrier_arrive(std::uint64_t* barrier) {
 #endif
 }
 
+// Counts as `arrivals` arrivals at once.
+__device__ __forceinline__ void mbarrier_arrive(std::uint64_t* barrier, std::uint32_t arrivals) {
+#if DSA_SM90A_ENABLED
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(
+                   smem_address(barrier)),
+               "r"(arrivals)
+               : "memory");
+#else
+  (void)barrier;
+  (void)arrivals;
+#endif
+}
+
 // Arrives and adds `bytes` to the transaction count the current phase waits for.
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(std::uint64_t* barrier,
                                                           std::uint32_t bytes) {
@@ -78,25 +91,6 @@ __device__ __forceinline__ void mbarrier_wait(std::uint64_t* barrier, std::uint3
 #else
   (void)barrier;
   (void)parity;
-#endif
-}
-
-// Atomic add on a shared-memory counter with release semantics at CTA scope:
-// this thread's earlier memory accesses are ordered before it. Returns the
-// previous value.
-__device__ __forceinline__ std::int32_t atomic_add_release(std::int32_t* counter,
-                                                           std::int32_t value) {
-#if DSA_SM90A_ENABLED
-  std::int32_t previous;
-  asm volatile("atom.release.cta.shared::cta.add.s32 %0, [%1], %2;"
-               : "=r"(previous)
-               : "r"(smem_address(counter)), "r"(value)
-               : "memory");
-  return previous;
-#else
-  (void)counter;
-  (void)value;
-  return 0;
 #endif
 }
 
