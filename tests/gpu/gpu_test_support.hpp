@@ -147,8 +147,13 @@ inline dsa::TensorView schedule_view(const dsa::DeviceBuffer& schedule) {
 // Relative rounding bound (times the reference magnitude) of a backend's
 // float32 logits: fp32 dot products on the generic kernels, fp8 tensor-core
 // accumulation on the Hopper kernels that Backend::automatic picks on sm_90.
+// Allowed |logit - reference| as a fraction of the magnitude
+// sum_h |w| * scale * sum_d |q k|. The generic kernel accumulates in plain
+// fp32. The Hopper kernels (and automatic, which picks them on sm_90) sum the
+// fp8 products inside the tensor cores, whose accumulator keeps only about 13
+// mantissa bits per step: errors up to ~8e-4 of the magnitude were measured.
 inline double logits_tolerance(dsa::Backend backend) {
-  return backend == dsa::Backend::cuda_generic ? 2e-5 : 2e-4;
+  return backend == dsa::Backend::cuda_generic ? 2e-5 : 2e-3;
 }
 
 inline float logit_at(const std::vector<std::uint8_t>& bytes, dsa::DType dtype, std::int64_t index) {

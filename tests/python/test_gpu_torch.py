@@ -56,9 +56,13 @@ def torch_decode_cache(cache, head_dim):
     return keys, scales.view(torch.float32).double().view(pages, PAGE)
 
 
-def torch_logits(q, cache, weights, lens, table, max_len):
+def torch_logits(q, cache, weights, lens, table, max_len, magnitude=False):
+    """float64 logits; with magnitude=True, sum_h |w| * |scale| * sum_d |q k| instead
+    (the scale of the rounding error a correct kernel may make)."""
     keys, scales = torch_decode_cache(cache, q.shape[-1])
     qd = q.view(FP8).double() if q.dtype == torch.uint8 else q.double()
+    if magnitude:
+        keys, scales, qd, weights = keys.abs(), scales.abs(), qd.abs(), weights.abs()
     batch, next_n = lens.shape
     out = torch.full((batch * next_n, max_len), -torch.inf, dtype=torch.float64, device=q.device)
     host_lens = lens.cpu()
@@ -86,11 +90,14 @@ def torch_topk(values, lengths, k):
     return out
 
 
-def assert_logits_close(actual, expected, rtol=2e-4):
+def assert_logits_close(actual, expected, magnitude, rtol=2e-3):
+    """The fp8 tensor cores accumulate with about 13 mantissa bits: errors up to
+    ~1e-3 of the magnitude are expected from the Hopper kernels."""
     valid = torch.isfinite(expected)
-    scale = max(1.0, float(expected[valid].abs().max())) if valid.any() else 1.0
-    torch.testing.assert_close(actual[valid].double(), expected[valid], rtol=rtol,
-                               atol=rtol * scale)
+    error = (actual[valid].double() - expected[valid]).abs()
+    bound = rtol * magnitude[valid] + 1e-6
+    worst = float((error / (magnitude[valid] + 1e-30)).max()) if valid.any() else 0.0
+    assert bool((error <= bound).all()), f"largest error {worst:.2e} of the magnitude"
 
 
 def same_selection(actual, expected):
@@ -173,11 +180,13 @@ def test_paged_mqa_logits(rng, next_n, heads):
     p = scoring_problem(rng, next_n=next_n, heads=heads)
     expected = torch_logits(p["q"], p["cache"], p["weights"], p["lens"], p["table"],
                             p["max_len"])
+    magnitude = torch_logits(p["q"], p["cache"], p["weights"], p["lens"], p["table"],
+                             p["max_len"], magnitude=True)
     for path in ("auto", "native", "per_token"):
         for backend in ("auto", "cuda_generic"):
             out = dsa.paged_mqa_logits(*args_of(p), clean_logits=True, path=path,
                                        backend=backend, check_device_errors=True)
-            assert_logits_close(out, expected)
+            assert_logits_close(out, expected, magnitude)
             assert torch.equal(torch.isneginf(out), torch.isneginf(expected))
 
 
@@ -186,6 +195,8 @@ def test_paged_mqa_logits_strided_inputs(rng):
     p = scoring_problem(rng, next_n=next_n, heads=heads, page_stride=ref.page_bytes(D) + 256)
     expected = torch_logits(p["q"], p["cache"], p["weights"], p["lens"], p["table"],
                             p["max_len"])
+    magnitude = torch_logits(p["q"], p["cache"], p["weights"], p["lens"], p["table"],
+                             p["max_len"], magnitude=True)
     wide_q = torch.zeros((p["q"].shape[0], next_n, 2 * heads, D), dtype=FP8, device=DEVICE)
     wide_q[:, :, heads:] = p["q"]
     q = wide_q[:, :, heads:]  # head stride kept, batch/draft strides doubled
@@ -201,7 +212,7 @@ def test_paged_mqa_logits_strided_inputs(rng):
     out = logits_store[:, : p["max_len"]]
     dsa.paged_mqa_logits(q, p["cache"], weights[:, :heads], lens, table, p["max_len"],
                          clean_logits=True, out=out, check_device_errors=True)
-    assert_logits_close(out, expected)
+    assert_logits_close(out, expected, magnitude)
     assert bool((logits_store[:, p["max_len"]:] == 5.0).all())
 
     # fp8 given as its uint8 bytes reads the same.
@@ -334,8 +345,9 @@ def test_cuda_graph_replay_with_changed_lengths(rng):
         assert torch.equal(logits, expected_logits), trial
         assert torch.equal(idx, expected_idx), trial
         lens = dsa.causal_context_lens(prefix, next_n)
-        assert_logits_close(logits, torch_logits(p["q"], cache, p["weights"], lens, table,
-                                                 max_len))
+        reference = [torch_logits(p["q"], cache, p["weights"], lens, table, max_len, magnitude=m)
+                     for m in (False, True)]
+        assert_logits_close(logits, *reference)
 
 
 # ---------------------------------------------------------------------------

@@ -287,7 +287,7 @@ Options of the default run:
   --seed N        random seed of the workload (default 1)
   --iters N       timed repetitions per stage (default 3 on the CPU, 100 on a GPU)
   --tolerance F   largest max relative logits error that passes
-                  (default 1e-4 on the CPU, 2e-3 on a GPU)
+                  (default 1e-4 on the CPU, 1e-2 on a GPU)
   --json[=FILE]   machine-readable report to FILE, or to standard output when no FILE is
                   given ('--json FILE' works too); the text report then goes to stderr
 
