@@ -23,9 +23,15 @@ using topk_impl::TopkArgs;
 // Shared memory a CTA of the cluster path aims for: small enough that a few
 // CTAs share a multiprocessor, so one CTA's copy overlaps another's selection.
 constexpr std::int64_t kTargetSegmentBytes = 48 * 1024;
+// CTAs of the cluster kernel per multiprocessor that the register budget is
+// sized for. At the target segment a CTA needs about 80 KiB of shared memory,
+// so two share a multiprocessor; budgeting registers for three (40 per
+// thread) makes the kernel spill.
+constexpr int kClusterBlocksPerMultiprocessor = 2;
 
 template <typename Bits>
-__global__ void __launch_bounds__(kThreads, 3) topk_cluster_kernel(TopkArgs args) {
+__global__ void __launch_bounds__(kThreads, kClusterBlocksPerMultiprocessor)
+    topk_cluster_kernel(TopkArgs args) {
   extern __shared__ __align__(16) unsigned char shared_base[];
   const std::int64_t row = blockIdx.x / static_cast<unsigned>(args.group_size);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -48,8 +54,9 @@ __global__ void __launch_bounds__(kThreads) topk_block_kernel(TopkArgs args) {
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 struct ClusterPlan {
-  int cluster_size = 0;   // 0: the cluster path cannot serve this problem
+  int cluster_size = 0;  // 0: the cluster path cannot serve this problem
   std::size_t shared_bytes = 0;
+  int survivor_offset = 0;  // see TopkArgs::survivor_offset
 };
 
 // Splits `cols` positions over 1..8 CTAs whose segments fit in shared memory.
@@ -66,9 +73,8 @@ ClusterPlan plan_cluster(const TopkProblem& p, int device, std::int64_t target_s
   const std::int64_t target_values = target_segment_bytes / static_cast<std::int64_t>(sizeof(Bits));
   const int cluster_size = static_cast<int>(
       std::clamp<std::int64_t>(ceil_div(p.cols, target_values), 1, topk_impl::kMaxGroupSize));
-  const std::int64_t share =
-      ceil_div(ceil_div(p.cols, cluster_size), topk_impl::kSegmentGranule) *
-      topk_impl::kSegmentGranule;
+  const std::int64_t share = ceil_div(ceil_div(p.cols, cluster_size), topk_impl::kSegmentGranule) *
+                             topk_impl::kSegmentGranule;
   const std::int64_t segment_values = share + 16 / static_cast<std::int64_t>(sizeof(Bits));
   std::size_t segment_bytes = static_cast<std::size_t>(
       ceil_div(segment_values * static_cast<std::int64_t>(sizeof(Bits)), 16) * 16);
@@ -76,9 +82,18 @@ ClusterPlan plan_cluster(const TopkProblem& p, int device, std::int64_t target_s
     segment_bytes =
         std::max(segment_bytes, sizeof(typename topk_impl::WinnerSort<Bits>::TempStorage));
   }
-  const std::size_t shared_bytes = topk_impl::kSegmentOffset + segment_bytes;
+  std::size_t shared_bytes = topk_impl::kSegmentOffset + segment_bytes;
+  int survivor_offset = 0;
+  // Survivor lists hold 16-bit positions within the segment, a quarter of
+  // each warp's range (see select_segment).
+  if (share <= 65536) {
+    const std::int64_t per_warp = (ceil_div(share, topk_impl::kWarps) + 31) / 32 * 32;
+    survivor_offset = static_cast<int>(shared_bytes);
+    shared_bytes +=
+        static_cast<std::size_t>(ceil_div(topk_impl::kWarps * (per_warp / 4) * 2, 16) * 16);
+  }
   if (shared_bytes > static_cast<std::size_t>(max_shared)) return {};
-  return {cluster_size, shared_bytes};
+  return {cluster_size, shared_bytes, survivor_offset};
 }
 
 template <typename Bits>
@@ -87,6 +102,7 @@ Status launch_topk(const TopkProblem& p, TopkArgs args, cudaStream_t stream, int
   const ClusterPlan plan = plan_cluster<Bits>(p, device, target_segment_bytes);
   if (plan.cluster_size > 0) {
     args.group_size = plan.cluster_size;
+    args.survivor_offset = plan.survivor_offset;
     auto kernel = topk_cluster_kernel<Bits>;
     DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(plan.shared_bytes)));
@@ -113,6 +129,7 @@ Status launch_topk(const TopkProblem& p, TopkArgs args, cudaStream_t stream, int
     }
   }
   args.group_size = 1;
+  args.survivor_offset = 0;
   auto kernel = topk_block_kernel<Bits>;
   const std::size_t shared_bytes =
       topk_impl::kSegmentOffset +

@@ -6,7 +6,9 @@
 // first: every pass builds a digit histogram of the elements still matching
 // the prefix chosen so far, the group sums the histograms, and every CTA scans
 // the sum for the bin that holds the k-th largest key. Passes stop once the
-// full key is known or every element of the chosen bin is a winner. Winners
+// full key is known or every element of the chosen bin is a winner. During the
+// second pass, a CTA whose segment is in shared memory also lists the
+// positions that can still win, so later passes visit only those. Winners
 // are then the elements above the threshold plus the first `remaining`
 // elements equal to it in position order; each is placed by counting, in
 // position order (CTA rank, warp, iteration, lane), so the output never
@@ -57,6 +59,8 @@ struct TopkArgs {
   int rows_per_request = 1;
   DeviceErrorRecord* error = nullptr;
   int group_size = 1;  // CTAs per row
+  // Byte offset of the survivor index lists in dynamic shared memory; 0: none.
+  int survivor_offset = 0;
 };
 
 // Per-CTA scalars; cta_greater / cta_equal are read by the other CTAs.
@@ -71,14 +75,19 @@ struct RowShared {
   int found_bin;
   int found_above;
   int found_count;
+  int warp_survivors[kWarps];
+  unsigned overflow_passes;  // bit p: a warp overflowed its survivor slots in pass p
 };
 
-// Dynamic shared memory: two histograms, the scalars, then the segment (or
-// the sort's scratch). The histograms double as the gather buffer of sorted
-// output (keys, positions) once selection is over.
+// Dynamic shared memory: two histogram buffers (passes alternate between
+// them, see gather_histograms), the group's summed histogram, the scalars,
+// the segment (or the sort's scratch), then the survivor lists if any. The
+// histogram buffers and the sum double as the gather buffer of sorted output
+// (keys, positions) once selection is over.
 inline constexpr std::size_t kHistogramBytes = kMaxBins * sizeof(int);
+inline constexpr int kHistogramBuffers = 2;
 inline constexpr std::size_t kSegmentOffset =
-    2 * kHistogramBytes + (sizeof(RowShared) + 15) / 16 * 16;
+    (kHistogramBuffers + 1) * kHistogramBytes + (sizeof(RowShared) + 15) / 16 * 16;
 
 struct SharedLayout {
   int* histogram;
@@ -87,8 +96,8 @@ struct SharedLayout {
   unsigned char* segment;
   __device__ explicit SharedLayout(unsigned char* base)
       : histogram(reinterpret_cast<int*>(base)),
-        totals(reinterpret_cast<int*>(base + kHistogramBytes)),
-        shared(reinterpret_cast<RowShared*>(base + 2 * kHistogramBytes)),
+        totals(reinterpret_cast<int*>(base + kHistogramBuffers * kHistogramBytes)),
+        shared(reinterpret_cast<RowShared*>(base + (kHistogramBuffers + 1) * kHistogramBytes)),
         segment(base + kSegmentOffset) {}
 };
 
@@ -135,6 +144,9 @@ struct SharedKeys {
     return key;
   }
   __device__ Key key(int j) const { return keys[j]; }
+  static constexpr bool kCanCompact = true;
+  template <typename F>
+  __device__ void for_each(bool first, F&& f) const;
 };
 
 // Keys computed from global memory on every pass.
@@ -145,6 +157,9 @@ struct GlobalKeys {
   int count;
   __device__ Key first_pass_key(int j) const { return key(j); }
   __device__ Key key(int j) const { return OrderedKey<Bits>::from_bits(__ldg(bits + j)); }
+  static constexpr bool kCanCompact = false;
+  template <typename F>
+  __device__ void for_each(bool /*first*/, F&& f) const;
 };
 
 __device__ inline int lane_id() { return static_cast<int>(threadIdx.x) & 31; }
@@ -154,10 +169,14 @@ __device__ inline int warp_id() { return static_cast<int>(threadIdx.x) >> 5; }
 // step, lane-interleaved; f(j, valid, key) runs on the whole warp every step,
 // so position order is (warp, step, lane). Keys of a few steps are loaded
 // ahead to keep several global loads in flight.
+__device__ inline int warp_range_length(int count) {
+  return ((count + kWarps - 1) / kWarps + 31) & ~31;
+}
+
 template <typename Load, typename F>
 __device__ void for_each_key_in_warp_range(int count, Load&& load, F&& f) {
   constexpr int kStepsAhead = 4;
-  const int per_warp = ((count + kWarps - 1) / kWarps + 31) & ~31;
+  const int per_warp = warp_range_length(count);
   const int begin = warp_id() * per_warp;
   const int end = min(begin + per_warp, count);
   for (int base = begin; base < end; base += 32 * kStepsAhead) {
@@ -177,12 +196,71 @@ __device__ void for_each_key_in_warp_range(int count, Load&& load, F&& f) {
   }
 }
 
-// Adds the active lanes' digits to a shared histogram. Lanes with equal
-// digits are merged first, so a concentrated distribution costs no more than
-// a spread one.
+template <typename Bits>
+template <typename F>
+__device__ void SharedKeys<Bits>::for_each(bool first, F&& f) const {
+  if (first) {
+    for_each_key_in_warp_range(
+        count, [&](int j) { return first_pass_key(j); }, f);
+  } else {
+    for_each_key_in_warp_range(
+        count, [&](int j) { return key(j); }, f);
+  }
+}
+
+template <typename Bits>
+template <typename F>
+__device__ void GlobalKeys<Bits>::for_each(bool /*first*/, F&& f) const {
+  for_each_key_in_warp_range(
+      count, [&](int j) { return key(j); }, f);
+}
+
+// The elements of a shared segment that can still be winners: each warp
+// keeps the positions (in its own range, in order) that survived a pass, so
+// later passes and the collection visit only those, in the same order.
+template <typename Bits>
+struct CompactedKeys {
+  using Key = typename OrderedKey<Bits>::Key;
+  const Key* keys;
+  std::uint16_t* survivors;  // per warp: `capacity` slots
+  int* warp_counts;
+  int capacity;
+  template <typename F>
+  __device__ void for_each(bool /*first*/, F&& f) const {
+    constexpr int kStepsAhead = 4;
+    const std::uint16_t* mine = survivors + warp_id() * capacity;
+    const int count = warp_counts[warp_id()];
+    for (int base = 0; base < count; base += 32 * kStepsAhead) {
+      int js[kStepsAhead];
+      unsigned ks[kStepsAhead];
+#pragma unroll
+      for (int step = 0; step < kStepsAhead; ++step) {
+        const int t = base + step * 32 + lane_id();
+        js[step] = t < count ? mine[t] : 0;
+        ks[step] = t < count ? static_cast<unsigned>(keys[js[step]]) : 0u;
+      }
+#pragma unroll
+      for (int step = 0; step < kStepsAhead; ++step) {
+        if (base + step * 32 < count) f(js[step], base + step * 32 + lane_id() < count, ks[step]);
+      }
+    }
+  }
+};
+
+// Adds the active lanes' digits to a shared histogram. When all active lanes
+// share one digit (the common case once a few passes have narrowed the
+// candidates, and for heavily tied rows) a single atomic adds them all, so
+// concentrated distributions do not serialize on one bin; otherwise each lane
+// adds its own, as shared atomics on spread bins rarely collide.
 __device__ inline void add_to_histogram(int* histogram, bool active, unsigned digit) {
-  const unsigned peers = __match_any_sync(kFullMask, active ? digit : 0xffffffffu);
-  if (active && lane_id() == __ffs(peers) - 1) atomicAdd(histogram + digit, __popc(peers));
+  const unsigned active_lanes = __ballot_sync(kFullMask, active);
+  const int leader = __ffs(active_lanes) - 1;
+  const unsigned leader_digit = __shfl_sync(kFullMask, digit, leader);
+  if (__all_sync(kFullMask, !active || digit == leader_digit)) {
+    if (lane_id() == leader) atomicAdd(histogram + digit, __popc(active_lanes));
+  } else if (active) {
+    atomicAdd(histogram + digit, 1);
+  }
 }
 
 // Exclusive prefix sum of one value per thread in thread order.
@@ -206,35 +284,64 @@ __device__ inline int block_exclusive_sum(int value, int* warp_sums) {
 template <typename Keys>
 __device__ void histogram_pass(const Keys& keys, int* histogram, bool first, unsigned prefix,
                                int shift, int digit_shift, unsigned digit_mask) {
-  const auto visit = [&](int /*j*/, bool valid, unsigned key) {
+  keys.for_each(first, [&](int /*j*/, bool valid, unsigned key) {
     const bool candidate = valid && (first || (key >> shift) == prefix);
     if (__any_sync(kFullMask, candidate)) {
       add_to_histogram(histogram, candidate, (key >> digit_shift) & digit_mask);
     }
-  };
-  if (first) {
-    for_each_key_in_warp_range(keys.count, [&](int j) { return keys.first_pass_key(j); }, visit);
-  } else {
-    for_each_key_in_warp_range(keys.count, [&](int j) { return keys.key(j); }, visit);
+  });
+}
+
+// histogram_pass over the whole segment that also records, per warp, the
+// positions whose key is at or above `prefix` (every possible winner).
+// A warp with more than `capacity` of them sets bit `pass` of overflow_passes.
+template <typename Bits>
+__device__ void histogram_and_compact_pass(const SharedKeys<Bits>& keys,
+                                           const CompactedKeys<Bits>& out, int* histogram,
+                                           unsigned prefix, int shift, int digit_shift,
+                                           unsigned digit_mask, int pass, RowShared* s) {
+  std::uint16_t* mine = out.survivors + warp_id() * out.capacity;
+  const unsigned lanes_below = (1u << lane_id()) - 1u;
+  int kept = 0;
+  keys.for_each(false, [&](int j, bool valid, unsigned key) {
+    const unsigned digits = key >> shift;
+    const unsigned survivors = __ballot_sync(kFullMask, valid && digits >= prefix);
+    if (survivors != 0) {
+      const int slot = kept + __popc(survivors & lanes_below);
+      if (((survivors >> lane_id()) & 1u) && slot < out.capacity) {
+        mine[slot] = static_cast<std::uint16_t>(j);
+      }
+      kept += __popc(survivors);
+      const bool candidate = valid && digits == prefix;
+      if (__any_sync(kFullMask, candidate)) {
+        add_to_histogram(histogram, candidate, (key >> digit_shift) & digit_mask);
+      }
+    }
+  });
+  if (lane_id() == 0) {
+    out.warp_counts[warp_id()] = kept;
+    if (kept > out.capacity) atomicOr(&s->overflow_passes, 1u << pass);
   }
 }
 
-// Sums the group's histograms into every CTA's `totals`: each CTA adds up a
-// slice of the bins and broadcasts it. Clears the local histogram afterwards.
+// Every CTA reads all the group's histograms into its own `totals`, so a
+// pass needs one group barrier. `next_histogram`, the buffer the next pass
+// fills, was last read by the other CTAs in the previous pass, which they have
+// all finished once past this barrier; clearing it here needs no second one.
 template <typename Group>
-__device__ void sum_histograms(int* histogram, int* totals, int bins) {
+__device__ void gather_histograms(const int* histogram, int* next_histogram, int* totals,
+                                  int bins) {
   Group::sync();
   const unsigned group_size = Group::size();
-  const int slice = (bins + static_cast<int>(group_size) - 1) / static_cast<int>(group_size);
-  const int begin = static_cast<int>(Group::rank()) * slice;
-  const int end = min(begin + slice, bins);
-  for (int bin = begin + static_cast<int>(threadIdx.x); bin < end; bin += kThreads) {
+  for (int bin = static_cast<int>(threadIdx.x); bin < bins; bin += kThreads) {
     int sum = 0;
     for (unsigned r = 0; r < group_size; ++r) sum += Group::remote(histogram, r)[bin];
-    for (unsigned r = 0; r < group_size; ++r) Group::remote(totals, r)[bin] = sum;
+    totals[bin] = sum;
   }
-  Group::sync();
-  for (int bin = static_cast<int>(threadIdx.x); bin < kMaxBins; bin += kThreads) histogram[bin] = 0;
+  for (int bin = static_cast<int>(threadIdx.x); bin < kMaxBins; bin += kThreads) {
+    next_histogram[bin] = 0;
+  }
+  __syncthreads();
 }
 
 // Finds the bin, scanning from the largest digit down, that holds the
@@ -275,8 +382,7 @@ __device__ inline void record_error(DeviceErrorRecord* record, std::int32_t code
 // table is given).
 __device__ inline std::int32_t output_slot(const TopkArgs& a, std::int64_t row, int position) {
   if (a.block_table == nullptr) return position;
-  const std::int32_t* table =
-      a.block_table + (row / a.rows_per_request) * a.block_table_stride;
+  const std::int32_t* table = a.block_table + (row / a.rows_per_request) * a.block_table_stride;
   return static_cast<std::int32_t>(static_cast<std::int64_t>(table[position / 64]) * 64 +
                                    position % 64);
 }
@@ -316,40 +422,104 @@ __device__ Bits* load_segment(const Bits* row_bits, int begin, int end, Bits* bu
   return keys;
 }
 
+// Threshold found so far: the top (kBits - shift) bits of the k-th largest
+// key are `prefix`; `remaining` winners are still to be taken from it.
+struct Threshold {
+  unsigned prefix;
+  int shift;
+  int remaining;
+  int pass;
+};
+
+// One radix pass: `build(histogram, digit_shift, digit_mask)` fills this
+// CTA's histogram, the group sums them and t moves to the chosen bin.
+// Returns whether the threshold is final.
+template <typename Bits, typename Group, typename Build>
+__device__ bool radix_pass(Threshold& t, const SharedLayout& smem, Build&& build) {
+  constexpr int kBits = OrderedKey<Bits>::kBits;
+  RowShared* s = smem.shared;
+  const int pass = t.pass;
+  const int digit_shift = digit_shift_after_pass(kBits, pass);
+  const int width = t.shift - digit_shift;
+  const int bins = 1 << width;
+  int* histogram = smem.histogram + (pass & 1) * kMaxBins;
+  build(histogram, digit_shift, static_cast<unsigned>(bins - 1));
+  gather_histograms<Group>(histogram, smem.histogram + ((pass + 1) & 1) * kMaxBins, smem.totals,
+                           bins);
+  find_threshold_bin(smem.totals, bins, t.remaining, s);
+  t.prefix = (t.prefix << width) | static_cast<unsigned>(s->found_bin);
+  t.shift = digit_shift;
+  t.remaining -= s->found_above;
+  t.pass = pass + 1;
+  return t.shift == 0 || s->found_count == t.remaining;
+}
+
+template <typename Bits, typename Group, typename Keys>
+__device__ void collect_winners(const TopkArgs& a, std::int64_t row, int begin, const Keys& keys,
+                                const Threshold& t, const SharedLayout& smem);
+
 // Selects this CTA's share of the row's winners and writes them (or, for
 // sorted output, gathers them into the group's first CTA and sorts there).
+// With a shared segment and room for survivor lists, the second pass records
+// the possible winners, and if no warp ran out of slots the remaining passes
+// and the collection visit only those; otherwise it tries again on the next
+// pass, and falls back to the whole segment.
 template <typename Bits, typename Group, typename Keys>
 __device__ void select_segment(const TopkArgs& a, std::int64_t row, int begin, const Keys& keys,
                                const SharedLayout& smem) {
-  using Key = typename OrderedKey<Bits>::Key;
   constexpr int kBits = OrderedKey<Bits>::kBits;
-  RowShared* s = smem.shared;
-
-  // Radix passes: narrow the threshold down digit by digit.
-  unsigned prefix = 0;
-  int shift = kBits;
-  int remaining = a.k;
-  for (int pass = 0;; ++pass) {
-    const int digit_shift = digit_shift_after_pass(kBits, pass);
-    const int width = shift - digit_shift;
-    const int bins = 1 << width;
-    histogram_pass(keys, smem.histogram, pass == 0, prefix, shift, digit_shift,
-                   static_cast<unsigned>(bins - 1));
-    sum_histograms<Group>(smem.histogram, smem.totals, bins);
-    find_threshold_bin(smem.totals, bins, remaining, s);
-    prefix = (prefix << width) | static_cast<unsigned>(s->found_bin);
-    shift = digit_shift;
-    remaining -= s->found_above;
-    if (shift == 0 || s->found_count == remaining) break;
+  Threshold t{0u, kBits, a.k, 0};
+  const auto full_pass = [&](int* histogram, int digit_shift, unsigned digit_mask) {
+    histogram_pass(keys, histogram, t.pass == 0, t.prefix, t.shift, digit_shift, digit_mask);
+  };
+  bool done = radix_pass<Bits, Group>(t, smem, full_pass);
+  if constexpr (Keys::kCanCompact) {
+    if (a.survivor_offset != 0) {
+      RowShared* s = smem.shared;
+      const CompactedKeys<Bits> compacted{
+          keys.keys,
+          reinterpret_cast<std::uint16_t*>(reinterpret_cast<unsigned char*>(smem.histogram) +
+                                           a.survivor_offset),
+          // A quarter of each warp's range: room for every possible winner
+          // unless the row is badly concentrated (then the lists overflow).
+          s->warp_survivors, warp_range_length(keys.count) / 4};
+      while (!done) {
+        const int pass = t.pass;
+        done = radix_pass<Bits, Group>(
+            t, smem, [&](int* histogram, int digit_shift, unsigned digit_mask) {
+              histogram_and_compact_pass(keys, compacted, histogram, t.prefix, t.shift, digit_shift,
+                                         digit_mask, pass, s);
+            });
+        if (((s->overflow_passes >> pass) & 1u) == 0) {
+          const auto compacted_pass = [&](int* histogram, int digit_shift, unsigned digit_mask) {
+            histogram_pass(compacted, histogram, false, t.prefix, t.shift, digit_shift, digit_mask);
+          };
+          while (!done) done = radix_pass<Bits, Group>(t, smem, compacted_pass);
+          collect_winners<Bits, Group>(a, row, begin, compacted, t, smem);
+          return;
+        }
+      }
+    }
   }
-  // Winners: key above the threshold prefix, or equal to it and among the
-  // first `remaining` such elements in position order.
+  while (!done) done = radix_pass<Bits, Group>(t, smem, full_pass);
+  collect_winners<Bits, Group>(a, row, begin, keys, t, smem);
+}
+
+// Winners: key above the threshold prefix, or equal to it and among the
+// first `remaining` such elements in position order.
+template <typename Bits, typename Group, typename Keys>
+__device__ void collect_winners(const TopkArgs& a, std::int64_t row, int begin, const Keys& keys,
+                                const Threshold& t, const SharedLayout& smem) {
+  using Key = typename OrderedKey<Bits>::Key;
+  RowShared* s = smem.shared;
+  const unsigned prefix = t.prefix;
+  const int shift = t.shift;
+  const int remaining = t.remaining;
   const int greater_total = a.k - remaining;
 
-  const auto load_key = [&](int j) { return keys.key(j); };
   int warp_greater = 0;
   int warp_equal = 0;
-  for_each_key_in_warp_range(keys.count, load_key, [&](int /*j*/, bool valid, unsigned key) {
+  keys.for_each(false, [&](int /*j*/, bool valid, unsigned key) {
     const unsigned digits = key >> shift;
     warp_greater += __popc(__ballot_sync(kFullMask, valid && digits > prefix));
     warp_equal += __popc(__ballot_sync(kFullMask, valid && digits == prefix));
@@ -393,7 +563,7 @@ __device__ void select_segment(const TopkArgs& a, std::int64_t row, int begin, c
   const unsigned lanes_below = (1u << lane_id()) - 1u;
   int next_greater = s->greater_offset + s->warp_greater[warp_id()];
   int next_equal = s->equal_offset + s->warp_equal[warp_id()];
-  for_each_key_in_warp_range(keys.count, load_key, [&](int j, bool valid, unsigned key) {
+  keys.for_each(false, [&](int j, bool valid, unsigned key) {
     const unsigned digits = key >> shift;
     const bool greater = valid && digits > prefix;
     const bool equal = valid && digits == prefix;
@@ -479,7 +649,9 @@ __device__ void select_row(const TopkArgs& a, std::int64_t row, unsigned char* s
     return;
   }
 
-  for (int bin = static_cast<int>(threadIdx.x); bin < kMaxBins; bin += kThreads) {
+  if (threadIdx.x == 0) smem.shared->overflow_passes = 0;
+  for (int bin = static_cast<int>(threadIdx.x); bin < kHistogramBuffers * kMaxBins;
+       bin += kThreads) {
     smem.histogram[bin] = 0;
   }
   const std::int64_t share =
