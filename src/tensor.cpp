@@ -1,6 +1,6 @@
 #include "dsa/tensor.hpp"
 
-#include <sstream>
+#include <string>
 
 namespace dsa {
 
@@ -46,13 +46,18 @@ bool TensorView::is_contiguous() const noexcept {
 }
 
 std::string TensorView::describe() const {
-  std::ostringstream out;
-  out << dtype_name(dtype) << '[';
-  for (int d = 0; d < ndim; ++d) out << (d ? ", " : "") << size(d);
-  out << "] strides [";
-  for (int d = 0; d < ndim; ++d) out << (d ? ", " : "") << stride(d);
-  out << "] on " << (device.type == DeviceType::cuda ? "cuda:" : "cpu:") << device.index;
-  return out.str();
+  // Plain string building (no iostreams): this runs in the error paths of
+  // every operation, also inside extension modules.
+  const auto list = [this](const std::array<std::int64_t, kMaxDims>& values) {
+    std::string text;
+    for (int d = 0; d < ndim; ++d) {
+      if (d > 0) text += ", ";
+      text += std::to_string(values[static_cast<std::size_t>(d)]);
+    }
+    return text;
+  };
+  return std::string(dtype_name(dtype)) + '[' + list(shape) + "] strides [" + list(strides) + "] on " +
+         (device.type == DeviceType::cuda ? "cuda:" : "cpu:") + std::to_string(device.index);
 }
 
 namespace {

@@ -40,7 +40,9 @@ def torch_quantize(x, power_of_two):
     """(fp8 codes as uint8, float32 scales) per row of the last dimension."""
     x = x.float()
     amax = x.abs().amax(dim=-1).clamp_min(1e-4)
-    scale = amax / 448.0
+    # A tensor divisor: dividing by a Python float multiplies by its rounded
+    # reciprocal on CUDA, which is not the correctly rounded quotient.
+    scale = amax / torch.full_like(amax, 448.0)
     if power_of_two:
         mantissa, exponent = torch.frexp(scale)
         scale = torch.where(mantissa == 0.5, scale, torch.ldexp(torch.ones_like(scale), exponent))
@@ -230,9 +232,12 @@ def test_topk_and_index_topk(rng):
     sorted_idx = dsa.topk(logits, lens, k, sorted=True)
     torch.testing.assert_close(sorted_idx, expected, rtol=0, atol=0)
     same_selection(dsa.topk(logits, lens, k), expected)
-    for strategy in ("auto", "fused", "logits_then_topk"):
+    for strategy in ("auto", "logits_then_topk"):
         fused = dsa.index_topk(*args_of(p), k, sorted=True, strategy=strategy)
         torch.testing.assert_close(fused, sorted_idx, rtol=0, atol=0)
+    # The CUDA backends have no fused pass yet and say so.
+    with pytest.raises(NotImplementedError, match="index_topk: strategy"):
+        dsa.index_topk(*args_of(p), k, sorted=True, strategy="fused")
     slots = dsa.index_topk(*args_of(p), k, sorted=True, physical_slots=True)
     request = torch.arange(lens.shape[0], device=DEVICE)[:, None] // next_n
     valid = sorted_idx >= 0

@@ -42,15 +42,18 @@ inline constexpr int kProducerRegisters = 56;
 inline constexpr int kConsumerRegisters = 224;
 inline constexpr int kMaxSharedBytes = 227 * 1024;
 inline constexpr int kMaxStages = 32;
-// A query slot is free again once every consumer warp has finished every page
-// scored against it. The count of those pages is known only when the unit
-// ends, so the slot's barrier expects the largest arrival count; consumer
-// warps arrive once per page and the producer adds the remainder when it
-// closes the unit. A unit longer than kMaxGenerationPages gets its queries
-// loaded again, which keeps the remainder positive.
+// Every thread that touched shared data arrives on the barrier that hands it
+// over: an mbarrier arrive releases only the arriving thread's own accesses.
+//
+// A query slot is free again once every consumer thread has finished every
+// page scored against it. The count of those pages is known only when the unit
+// ends, so the slot's barrier expects the largest arrival count; the consumer
+// warpgroup's threads arrive once per page and the producer adds the remainder
+// when it closes the unit. A unit longer than kMaxGenerationPages gets its
+// queries loaded again, which keeps the remainder positive.
 inline constexpr std::uint32_t kQueryReleaseArrivals = (1u << 20) - 1;
-inline constexpr int kMaxGenerationPages = 1 << 16;
-static_assert(4 * kMaxGenerationPages < static_cast<int>(kQueryReleaseArrivals));
+inline constexpr int kMaxGenerationPages = 1 << 12;
+static_assert(kWarpgroupThreads * kMaxGenerationPages < static_cast<int>(kQueryReleaseArrivals));
 
 struct LogitsKernelParams {
   const std::uint8_t* cache_base = nullptr;
@@ -239,7 +242,8 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
     if (generation < 0) return;
     if (leader) {
       ptx::mbarrier_arrive(&query_empty[generation & 1],
-                           kQueryReleaseArrivals - 4 * static_cast<std::uint32_t>(generation_pages));
+                           kQueryReleaseArrivals -
+                               kWarpgroupThreads * static_cast<std::uint32_t>(generation_pages));
     }
     __syncwarp();
   };
@@ -273,6 +277,8 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
       ptx::tensor_copy_4d(smem + Layout::queries + slot * Layout::kQueryBytes, query_map, 0, 0,
                           static_cast<int>(rows.first_draft), static_cast<int>(rows.request),
                           &query_full[slot]);
+    } else {
+      ptx::mbarrier_arrive(&query_full[slot]);  // releases this lane's weight and length stores
     }
     __syncwarp();
     query_loaded = true;
@@ -606,7 +612,7 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
     }
     auto& query = info[query_slot];
     auto release_page = [&]() {
-      if (lane == 0) ptx::mbarrier_arrive(&page_empty[slot]);
+      ptx::mbarrier_arrive(&page_empty[slot]);
     };
     if (stage.kind == kStagePage) {
       const float* scales =
@@ -634,10 +640,9 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
         }
       }
     }
-    // This warp is done with the page's use of the queries (products waited
+    // This thread is done with the page's use of the queries (products waited
     // for, weights and lengths read).
-    __syncwarp();
-    if (lane == 0) ptx::mbarrier_arrive(&query_empty[query_slot]);
+    ptx::mbarrier_arrive(&query_empty[query_slot]);
   }
 }
 
@@ -658,10 +663,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       ptx::mbarrier_init(&barriers[s], 1);                              // page full
-      ptx::mbarrier_init(&barriers[kStages + s], kWarpgroupThreads / 32);  // page empty
+      ptx::mbarrier_init(&barriers[kStages + s], kWarpgroupThreads);  // page empty
     }
     for (int s = 0; s < 2; ++s) {
-      ptx::mbarrier_init(&barriers[2 * kStages + s], 1);      // query full
+      ptx::mbarrier_init(&barriers[2 * kStages + s], 32);     // query full: the producer warp
       ptx::mbarrier_init(&barriers[2 * kStages + 2 + s], kQueryReleaseArrivals);  // query empty
     }
     ptx::fence_barrier_init();
