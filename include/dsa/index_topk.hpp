@@ -13,9 +13,10 @@
 namespace dsa {
 
 enum class IndexTopkStrategy {
-  automatic,         // the faster of the two for this backend and shape
-  fused,             // selection inside the scoring pass; logits never written in full
-  logits_then_topk,  // paged_mqa_logits into the workspace, then topk
+  automatic,         // the faster of the two on the backend; today logits_then_topk everywhere
+  fused,             // selection inside the scoring pass, logits never written in full
+                     // (CPU only for now: the CUDA backends return `unsupported`)
+  logits_then_topk,  // paged_mqa_logits into staging memory (the workspace on CUDA), then topk
 };
 
 struct IndexTopkOptions {
