@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/logits_check.hpp"
 #include "common/random_inputs.hpp"
 #include "common/reference.hpp"
 #include "dsa/dsa.hpp"
@@ -104,39 +105,20 @@ enum class Precision { float32, float64, bfloat16 };
 inline ::testing::AssertionResult logits_match(const Workload& w, const ReferenceLogits& ref,
                                                const OwnedView& logits, Precision precision,
                                                bool clean, float sentinel) {
-  const std::int64_t stride = logits.view.stride(0);
-  int reported = 0;
-  ::testing::AssertionResult result = ::testing::AssertionSuccess();
-  auto fail = [&](std::int64_t r, std::int64_t p, const std::string& what) {
-    if (reported++ == 0) result = ::testing::AssertionFailure();
-    if (reported <= 5) result << "row " << r << " col " << p << ": " << what << "\n";
-  };
-  for (std::int64_t r = 0; r < w.rows(); ++r) {
-    const std::int64_t length = w.context_lens[r];
-    for (std::int64_t p = 0; p < stride; ++p) {
-      const float got = read_logit(logits, r, p);
-      if (p < length) {
-        const double want = ref.value[r * ref.cols + p];
-        const double magnitude = ref.magnitude[r * ref.cols + p];
-        double bound = 0.0;
-        switch (precision) {
-          case Precision::float32: bound = 2e-5 * magnitude; break;
-          case Precision::float64: bound = 6e-8 * std::fabs(want) + 1e-12 * magnitude; break;
-          case Precision::bfloat16: bound = std::ldexp(std::fabs(want), -8) + 2e-5 * magnitude; break;
-        }
-        if (!(std::fabs(got - want) <= bound + 1e-30))
-          fail(r, p, "got " + std::to_string(got) + ", want " + std::to_string(want) + " (bound " +
-                         std::to_string(bound) + ")");
-      } else if (p < w.max_context_len) {
-        if (clean && !(std::isinf(got) && got < 0)) fail(r, p, "expected -inf, got " + std::to_string(got));
-      } else {
-        const bool same = std::isnan(sentinel) ? std::isnan(got) : got == sentinel;
-        if (!same) fail(r, p, "column past max_context_len was written: " + std::to_string(got));
-      }
+  const auto read = [&](std::int64_t r, std::int64_t p) { return read_logit(logits, r, p); };
+  const auto bound = [precision](double want, double magnitude) {
+    switch (precision) {
+      case Precision::float32: return 2e-5 * magnitude;
+      case Precision::float64: return 6e-8 * std::fabs(want) + 1e-12 * magnitude;
+      case Precision::bfloat16: return std::ldexp(std::fabs(want), -8) + 2e-5 * magnitude;
     }
-  }
-  if (reported > 5) result << "... " << reported << " mismatches in all";
-  return result;
+    return 0.0;
+  };
+  const auto untouched = [&](std::int64_t r, std::int64_t p) {
+    const float got = read_logit(logits, r, p);
+    return std::isnan(sentinel) ? std::isnan(got) : got == sentinel;
+  };
+  return check_logits(w, ref, logits.view.stride(0), clean, read, bound, untouched);
 }
 
 }  // namespace dsa_test
