@@ -117,13 +117,6 @@ Status run_cuda(const char* op, const ExecContext& ctx, std::size_t required_wor
   return Status::success();
 }
 
-// index_topk with IndexTopkStrategy::logits_then_topk on CUDA stages the full
-// fp32 logits in the workspace after the device error record. Rows are padded
-// to 64 floats so each starts 256-byte aligned.
-std::int64_t staged_logits_stride(std::int64_t max_context_len) {
-  return std::max<std::int64_t>((max_context_len + 63) / 64 * 64, 64);
-}
-
 // `automatic` stages the logits and selects from them on every backend: the
 // CUDA backends have no fused pass yet, and the CPU's fused pass, which scores
 // row by row, measured slower than scoring all rows of a request together and
@@ -302,14 +295,10 @@ Status index_topk(const TensorView& q, const TensorView& key_cache, const Tensor
   }
   p.fused = fused;
   if (!on_cuda) return cpu::index_topk(p, engine == Engine::cpu_parallel, ctx);
-  DSA_RETURN_IF_ERROR(check_workspace(
-      op, ctx, cuda::index_topk_workspace_bytes(p.logits.rows(), max_context_len, options.k, fused,
-                                                p.logits.device.index)));
-  p.logits.logits = static_cast<unsigned char*>(ctx.workspace.data) + detail::kDeviceErrorRecordBytes;
-  p.logits.logits_dtype = DType::float32;
-  p.logits.logits_stride = staged_logits_stride(max_context_len);
-  return run_cuda(op, ctx, 0,  // the workspace was checked above
-                  [&] { return cuda::index_topk(p, engine == Engine::cuda_hopper, ctx); });
+  // The CUDA backend lays out its workspace (error record, staged logits, ...) itself.
+  const std::size_t required = cuda::index_topk_workspace_bytes(p.logits.rows(), max_context_len, options.k,
+                                                                fused, p.logits.device.index);
+  return run_cuda(op, ctx, required, [&] { return cuda::index_topk(p, engine == Engine::cuda_hopper, ctx); });
 }
 
 std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_context_len,

@@ -124,8 +124,8 @@ struct TopkProblem {
 };
 
 struct IndexTopkProblem {
-  // Scoring inputs. With fused == false on CUDA, logits/logits_stride point at
-  // the staging buffer carved from the workspace; the CPU stages on its own.
+  // Scoring inputs (logits/logits_stride unset: with fused == false each
+  // backend stages the logits in memory of its own choosing).
   LogitsProblem logits;
   bool fused = true;
   const std::int32_t* topk_lens = nullptr;  // [B * next_n]; nullptr: from lens

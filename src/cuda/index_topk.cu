@@ -23,7 +23,7 @@ namespace {
 constexpr int kLengthThreads = 256;
 
 // Row stride of the staged logits: whole 64-float groups, so that every row
-// starts 256-byte aligned (the layout the public API uses when it stages them).
+// starts 256-byte aligned.
 std::int64_t staged_logits_stride(std::int64_t max_context_len) {
   return std::max<std::int64_t>((max_context_len + 63) / 64 * 64, 64);
 }
@@ -92,22 +92,16 @@ std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_conte
 }
 
 Status index_topk(const IndexTopkProblem& p, bool hopper, const ExecContext& ctx) {
-  const char* op = "index_topk";
   DeviceGuard guard;
   DSA_RETURN_IF_ERROR(guard.enter(p.logits.device.index));
   const std::int64_t rows = p.logits.rows();
+  // The public API checked the workspace against index_topk_workspace_bytes.
   const WorkspacePlan plan = plan_workspace(rows, p.logits.max_context_len, p.k, p.logits.device.index);
-  if (ctx.workspace.data == nullptr || ctx.workspace.bytes < plan.total) {
-    return {ErrorCode::workspace_too_small,
-            std::string(op) + ": ctx.workspace: has " + std::to_string(ctx.workspace.bytes) +
-                " bytes but needs " + std::to_string(plan.total) + " (see index_topk_workspace_bytes)"};
-  }
   DSA_RETURN_IF_ERROR(clear_device_error(ctx));
   unsigned char* workspace = static_cast<unsigned char*>(ctx.workspace.data);
   const cudaStream_t stream = stream_of(ctx);
 
-  // The scoring writes into the staged buffer (the public API may already have
-  // pointed the problem at it; the layout is the same).
+  // The scoring writes into the staged buffer.
   LogitsProblem scoring = p.logits;
   scoring.logits = workspace + plan.logits_offset;
   scoring.logits_dtype = DType::float32;
