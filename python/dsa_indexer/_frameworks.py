@@ -8,6 +8,7 @@ caller already imported them (an argument from them cannot exist otherwise).
 """
 
 import sys
+import warnings
 
 import numpy as np
 
@@ -71,7 +72,13 @@ def export(array):
             array = array.detach()
         return torch.utils.dlpack.to_dlpack(array)
     if module.startswith("cupy"):
-        return array.toDlpack()
+        # toDlpack exports without touching streams; the protocol's
+        # __dlpack__ would order the export against a consumer stream, which
+        # CUDA-graph capture forbids. CuPy marks toDlpack deprecated, so its
+        # warning is silenced for this one call.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return array.toDlpack()
     return array
 
 

@@ -16,8 +16,8 @@ namespace dsa::detail::cuda::hopper {
 
 namespace {
 
-// Columns of one wgmma pass (draft rows x heads); 128 keeps two accumulator
-// sets of a warpgroup within its registers.
+// Columns of one wgmma pass (draft rows x heads); 128 keeps a consumer's
+// accumulator set within its register budget.
 constexpr int kPassColumns = 128;
 constexpr int kMaxNativeRows = 8;
 

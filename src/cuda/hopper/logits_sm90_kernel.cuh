@@ -4,16 +4,18 @@
 // lowers its register budget: its first warp produces (block-table lookups,
 // tensor copies of pages and queries into a ring of shared-memory stages), the
 // other three warps fill the columns no page covers (-inf past the lengths,
-// NaN for rows whose length breaks a rule) and report those rows. Warpgroups 1
-// and 2 consume alternate pages, so one's epilogue overlaps the other's matrix
-// products.
+// NaN for rows whose length breaks a rule) and report those rows. The consumer
+// warpgroups take pages in turn: a consumer spends most of a page waiting (for
+// its matrix products, its shuffles, its stores), so several pages in flight
+// per multiprocessor keep both the tensor cores and the copy engine busy while
+// each consumer runs its epilogue.
 //
 // Per page, the 64 keys (fp8, 128-byte rows, 128-byte swizzle) are the A
 // operand of m64nNk32 wgmma and the unit's queries the B operand, N = draft
-// rows x heads per pass; a warpgroup issues a page's next pass before the
-// epilogue of the current one. Accumulator row = token, so the weighted ReLU
-// sum over heads is in-thread plus a reduce-scatter over the 4 threads that
-// share a token row.
+// rows x heads per pass; the passes of a page run one after another, so a
+// consumer holds one accumulator set. Accumulator row = token, so the weighted
+// ReLU sum over heads is in-thread plus a reduce-scatter over the 4 threads
+// that share a token row.
 #pragma once
 
 #include <cuda.h>
@@ -34,12 +36,17 @@ inline constexpr int kPageKeyBytes = kPageTokens * kHeadDim;
 inline constexpr int kPageScaleBytes = kPageTokens * 4;
 inline constexpr int kPagesPerChunk = kChunkTokens / kPageTokens;
 inline constexpr int kWarpgroupThreads = 128;
-inline constexpr int kConsumerWarpgroups = 2;
+// Three consumers: with two, the tensor cores idle during the epilogues at
+// next_n >= 3; with four, the per-thread register cap of a 640-thread CTA
+// (96) makes the kernel spill.
+inline constexpr int kConsumerWarpgroups = 3;
 inline constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
 inline constexpr int kFillThreads = kWarpgroupThreads - 32;
-// setmaxnreg budgets: 128 * (producer + 2 * consumer) <= 64K registers.
+// setmaxnreg budgets: 128 * (producer + 3 * consumer) <= 64K registers.
 inline constexpr int kProducerRegisters = 56;
-inline constexpr int kConsumerRegisters = 224;
+inline constexpr int kConsumerRegisters = 152;
+static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters) <=
+              64 * 1024);
 inline constexpr int kMaxSharedBytes = 227 * 1024;
 inline constexpr int kMaxStages = 32;
 // Every thread that touched shared data arrives on the barrier that hands it
@@ -106,10 +113,11 @@ struct SharedLayout {
   static constexpr int kStageBytes =
       kPageKeyBytes + kPageScaleBytes + static_cast<int>(sizeof(StageInfo)) + 2 * 8;
   static constexpr int kStagesThatFit = (kMaxSharedBytes - kFixedBytes) / kStageBytes;
-  // Even, so each consumer warpgroup always meets the same stage slots.
-  static constexpr int kStages =
-      (kStagesThatFit < kMaxStages ? kStagesThatFit : kMaxStages) / 2 * 2;
-  static_assert(kStages >= 2, "shared memory too small for two stages");
+  // A multiple of the consumer count, so each consumer warpgroup always meets
+  // the same stage slots.
+  static constexpr int kStages = (kStagesThatFit < kMaxStages ? kStagesThatFit : kMaxStages) /
+                                 kConsumerWarpgroups * kConsumerWarpgroups;
+  static_assert(kStages >= kConsumerWarpgroups, "shared memory too small for a stage per consumer");
 
   static constexpr int keys = 0;
   static constexpr int queries = keys + kStages * kPageKeyBytes;
@@ -548,39 +556,22 @@ __device__ __forceinline__ void finish_pass(const LogitsKernelParams& p, const P
   }
 }
 
-// Finishes the pass whose product is in flight in `acc` after issuing the
-// next pass's, so the tensor cores work while this warpgroup runs the
-// epilogue; release() runs once the last product has read the page.
+// Scores the passes of a page one after another; release() runs once the
+// last product has read the page.
 template <int kRows, int kHeads, int kPassColumns, int kFirstRow, typename Release>
-__device__ __forceinline__ void score_passes(
-    const LogitsKernelParams& p, const PageContext& page,
-    float (&acc)[Pass<kRows, kHeads, kPassColumns, kFirstRow>::kColumns / 2], Release&& release) {
+__device__ __forceinline__ void score_passes(const LogitsKernelParams& p, const PageContext& page,
+                                             Release&& release) {
   using This = Pass<kRows, kHeads, kPassColumns, kFirstRow>;
-  if constexpr (This::kLast) {
-    ptx::wgmma_wait<0>();
+  float acc[This::kColumns / 2];
+  issue_pass<kHeads, kFirstRow, This::kColumns>(page, acc);
+  ptx::wgmma_wait<0>();
 #pragma unroll
-    for (int i = 0; i < This::kColumns / 2; ++i) ptx::fence_operand(acc[i]);
-    release();
-    finish_pass<kHeads, kFirstRow, This::kRowsInPass>(p, page, acc);
-  } else {
-    using Next = Pass<kRows, kHeads, kPassColumns, This::kNextRow>;
-    float next[Next::kColumns / 2];
-    issue_pass<kHeads, This::kNextRow, Next::kColumns>(page, next);
-    ptx::wgmma_wait<1>();
-#pragma unroll
-    for (int i = 0; i < This::kColumns / 2; ++i) ptx::fence_operand(acc[i]);
-    finish_pass<kHeads, kFirstRow, This::kRowsInPass>(p, page, acc);
-    score_passes<kRows, kHeads, kPassColumns, This::kNextRow>(p, page, next, release);
+  for (int i = 0; i < This::kColumns / 2; ++i) ptx::fence_operand(acc[i]);
+  if constexpr (This::kLast) release();
+  finish_pass<kHeads, kFirstRow, This::kRowsInPass>(p, page, acc);
+  if constexpr (!This::kLast) {
+    score_passes<kRows, kHeads, kPassColumns, This::kNextRow>(p, page, release);
   }
-}
-
-template <int kRows, int kHeads, int kPassColumns, typename Release>
-__device__ __forceinline__ void score_page(const LogitsKernelParams& p, const PageContext& page,
-                                           Release&& release) {
-  using First = Pass<kRows, kHeads, kPassColumns, 0>;
-  float acc[First::kColumns / 2];
-  issue_pass<kHeads, 0, First::kColumns>(page, acc);
-  score_passes<kRows, kHeads, kPassColumns, 0>(p, page, acc, release);
 }
 
 template <int kRows, int kHeads, int kPassColumns>
@@ -628,7 +619,7 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
       page.scale_lower = scales[16 * warp + lane / 4 + 8];
       page.warp = warp;
       page.lane = lane;
-      score_page<kRows, kHeads, kPassColumns>(p, page, release_page);
+      score_passes<kRows, kHeads, kPassColumns, 0>(p, page, release_page);
     } else {
       release_page();
       for (int index = thread; index < kRows * kPageTokens; index += kWarpgroupThreads) {
