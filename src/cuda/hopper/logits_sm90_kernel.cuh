@@ -1,10 +1,12 @@
 // The sm_90a paged MQA logits kernel (see logits_sm90.hpp for the contract).
 //
 // One CTA per worker walks its schedule range (schedule_walk.hpp). Warpgroup 0
-// lowers its register budget: its first warp produces (block-table lookups,
-// tensor copies of pages and queries into a ring of shared-memory stages), the
-// other three warps fill the columns no page covers (-inf past the lengths,
-// NaN for rows whose length breaks a rule) and report those rows. The consumer
+// lowers its register budget: its first warps produce (block-table lookups,
+// tensor copies of pages and queries into a ring of shared-memory stages),
+// taking the chunks of the walk in turn because issuing a page costs one warp
+// more time than the copy engine needs to deliver it; the last warp fills the
+// columns no page covers (-inf past the lengths, NaN for rows whose length
+// breaks a rule) and reports those rows. The consumer
 // warpgroups take pages in turn: a consumer spends most of a page waiting (for
 // its matrix products, its shuffles, its stores), so several pages in flight
 // per multiprocessor keep both the tensor cores and the copy engine busy while
@@ -41,7 +43,8 @@ inline constexpr int kWarpgroupThreads = 128;
 // (96) makes the kernel spill.
 inline constexpr int kConsumerWarpgroups = 3;
 inline constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
-inline constexpr int kFillThreads = kWarpgroupThreads - 32;
+inline constexpr int kProducerWarps = 3;
+inline constexpr int kFillThreads = kWarpgroupThreads - 32 * kProducerWarps;
 // setmaxnreg budgets: 128 * (producer + 3 * consumer) <= 64K registers.
 inline constexpr int kProducerRegisters = 56;
 inline constexpr int kConsumerRegisters = 152;
@@ -61,6 +64,8 @@ inline constexpr int kMaxStages = 32;
 inline constexpr std::uint32_t kQueryReleaseArrivals = (1u << 20) - 1;
 inline constexpr int kMaxGenerationPages = 1 << 12;
 static_assert(kWarpgroupThreads * kMaxGenerationPages < static_cast<int>(kQueryReleaseArrivals));
+// Query loads start on chunk boundaries only.
+static_assert(kMaxGenerationPages % kPagesPerChunk == 0);
 
 struct LogitsKernelParams {
   const std::uint8_t* cache_base = nullptr;
@@ -125,7 +130,9 @@ struct SharedLayout {
   static constexpr int query_info = scales + kStages * kPageScaleBytes;
   static constexpr int stage_info = query_info + 2 * static_cast<int>(sizeof(QueryInfo<kRows, kHeads>));
   static constexpr int barriers = (stage_info + kStages * static_cast<int>(sizeof(StageInfo)) + 7) / 8 * 8;
-  static constexpr int bytes = barriers + (2 * kStages + 4) * 8;
+  // The last query load issued (see produce).
+  static constexpr int issued_generation = barriers + (2 * kStages + 4) * 8;
+  static constexpr int bytes = issued_generation + 8;
   static constexpr int launch_bytes = bytes + 1024;
   static_assert(launch_bytes <= kMaxSharedBytes, "shared memory layout too large");
 };
@@ -187,25 +194,26 @@ __device__ __forceinline__ bool unscored_value(const LogitsKernelParams& p, std:
   return p.clean_logits;
 }
 
-template <int kStages>
-struct Barriers {
-  std::uint64_t* page_full;   // [kStages] producer -> consumer (tensor copy bytes)
-  std::uint64_t* page_empty;  // [kStages] 4 consumer warps -> producer
-  std::uint64_t* query_full;  // [2]
-  std::uint64_t* query_empty; // [2]
-};
+// ---- producer warps ----------------------------------------------------------
 
-// ---- producer warp ------------------------------------------------------------
-
+// Producer `producer` of kProducerWarps. Every producer walks the whole range
+// and numbers every page (stage sequence) and every query load (generation)
+// alike; producer j issues the pages of the chunks j, j + kProducerWarps, ...
+// of the walk. Producer 0 alone loads the queries and publishes the
+// generation it has issued; another producer pushes no page of a generation
+// before that, so a consumer never waits on a query slot whose previous load
+// has not been issued.
 template <int kRows, int kHeads>
 __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUtensorMap* key_map,
-                                        const CUtensorMap* query_map, unsigned char* smem) {
+                                        const CUtensorMap* query_map, unsigned char* smem,
+                                        int producer) {
   using Layout = SharedLayout<kRows, kHeads>;
   constexpr int kStages = Layout::kStages;
   constexpr int kWeightsPerLane = (kRows * kHeads + 31) / 32;
   auto* info = reinterpret_cast<QueryInfo<kRows, kHeads>*>(smem + Layout::query_info);
   auto* stage_info = reinterpret_cast<StageInfo*>(smem + Layout::stage_info);
   auto* barriers = reinterpret_cast<std::uint64_t*>(smem + Layout::barriers);
+  auto* issued_generation = reinterpret_cast<volatile std::int32_t*>(smem + Layout::issued_generation);
   std::uint64_t* page_full = barriers;
   std::uint64_t* page_empty = barriers + kStages;
   std::uint64_t* query_full = barriers + 2 * kStages;
@@ -213,11 +221,13 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
 
   const int lane = threadIdx.x % 32;
   const bool leader = ptx::elect_one();
+  const bool loads_queries = producer == 0;
   const std::int64_t units = schedule_units(p.batch, p.next_n, p.path);
 
-  int sequence = 0;         // stages pushed so far
+  int sequence = 0;         // stages pushed so far by all producers
   int generation = -1;      // query loads so far - 1
   int generation_pages = 0; // pages pushed against the current query load
+  int chunk_ordinal = 0;    // chunks with pages walked so far
   std::int64_t current_unit = -1;
   UnitRows rows{0, 0};
   std::int32_t lane_length = -1;  // lane j < kRows: row j's length, -1 when invalid
@@ -226,9 +236,10 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
   std::int64_t window_first = -1;  // block index held by lane 0 of the window
   std::int32_t window_entry = -1;
 
-  auto push_stage = [&](std::int32_t first_position, StageKind kind, std::int32_t page) {
-    const int slot = sequence % kStages;
-    ptx::mbarrier_wait(&page_empty[slot], ((sequence / kStages) & 1) ^ 1);
+  auto push_stage = [&](int stage_sequence, std::int32_t first_position, StageKind kind,
+                        std::int32_t page) {
+    const int slot = stage_sequence % kStages;
+    ptx::mbarrier_wait(&page_empty[slot], ((stage_sequence / kStages) & 1) ^ 1);
     if (leader) {
       stage_info[slot] = StageInfo{first_position, generation, kind};
       if (kind == kStagePage) {
@@ -243,7 +254,6 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
       }
     }
     __syncwarp();
-    ++sequence;
   };
 
   auto close_generation = [&]() {
@@ -257,9 +267,6 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
   };
 
   auto load_queries = [&]() {
-    close_generation();
-    ++generation;
-    generation_pages = 0;
     const int slot = generation & 1;
     ptx::mbarrier_wait(&query_empty[slot], ((generation >> 1) & 1) ^ 1);
     const std::int64_t first_row = rows.request * p.next_n + rows.first_draft;
@@ -289,7 +296,7 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
       ptx::mbarrier_arrive(&query_full[slot]);  // releases this lane's weight and length stores
     }
     __syncwarp();
-    query_loaded = true;
+    if (leader) *issued_generation = generation;
   };
 
   for_each_item(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, units, p.lens, p.next_n,
@@ -312,31 +319,50 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
                     query_loaded = false;
                     window_first = -1;
                   }
-                  for (int k = 0; k < kPagesPerChunk; ++k) {
-                    const std::int64_t block = chunk * kPagesPerChunk + k;
-                    if (block >= read_pages) break;
-                    if (window_first < 0 || block >= window_first + 32) {
-                      // One read of up to 32 consecutive needed entries, never past them.
-                      window_first = block;
-                      window_entry =
-                          block + lane < read_pages
-                              ? __ldg(p.block_table + rows.request * p.block_table_stride + block + lane)
-                              : -1;
-                    }
-                    // After the window read is issued, so the two latencies overlap.
-                    if (!query_loaded || generation_pages == kMaxGenerationPages) load_queries();
-                    const std::int32_t page = __shfl_sync(
-                        0xffffffffu, window_entry, static_cast<int>(block - window_first));
-                    const bool in_range = page >= 0 && page < p.num_pages;
-                    if (!in_range && leader) {
-                      report_device_error(p.error, kPageOutOfRange, rows.request, block, page);
-                    }
-                    push_stage(static_cast<std::int32_t>(block * kPageTokens),
-                               in_range ? kStagePage : kStageMissingPage, page);
-                    ++generation_pages;
+                  const std::int64_t first_block = chunk * kPagesPerChunk;
+                  const std::int64_t left = read_pages - first_block;
+                  if (left <= 0) return;
+                  const int pages = left < kPagesPerChunk ? static_cast<int>(left) : kPagesPerChunk;
+                  if (!query_loaded || generation_pages == kMaxGenerationPages) {
+                    if (loads_queries) close_generation();
+                    ++generation;
+                    generation_pages = 0;
+                    if (loads_queries) load_queries();
+                    query_loaded = true;
                   }
+                  if (chunk_ordinal++ % kProducerWarps == producer) {
+                    if (!loads_queries) {
+                      while (*issued_generation < generation) {
+                      }
+                    }
+                    for (int k = 0; k < pages; ++k) {
+                      const std::int64_t block = first_block + k;
+                      if (window_first < 0 || block >= window_first + 32) {
+                        // One read of up to 32 consecutive needed entries, never past them.
+                        window_first = block;
+                        window_entry = block + lane < read_pages
+                                           ? __ldg(p.block_table +
+                                                   rows.request * p.block_table_stride + block + lane)
+                                           : -1;
+                      }
+                      const std::int32_t page = __shfl_sync(
+                          0xffffffffu, window_entry, static_cast<int>(block - window_first));
+                      const bool in_range = page >= 0 && page < p.num_pages;
+                      if (!in_range && leader) {
+                        report_device_error(p.error, kPageOutOfRange, rows.request, block, page);
+                      }
+                      push_stage(sequence + k, static_cast<std::int32_t>(block * kPageTokens),
+                                 in_range ? kStagePage : kStageMissingPage, page);
+                    }
+                  }
+                  sequence += pages;
+                  generation_pages += pages;
                 });
-  for (int consumer = 0; consumer < kConsumerWarpgroups; ++consumer) push_stage(0, kStageEnd, 0);
+  if (loads_queries) {
+    for (int consumer = 0; consumer < kConsumerWarpgroups; ++consumer) {
+      push_stage(sequence + consumer, 0, kStageEnd, 0);
+    }
+  }
 }
 
 // ---- schedule check ---------------------------------------------------------------
@@ -376,7 +402,7 @@ __device__ __forceinline__ void check_schedule(const LogitsKernelParams& p) {
 // and gets NaN everywhere.
 template <int kRows>
 __device__ __forceinline__ void fill_uncovered(const LogitsKernelParams& p) {
-  const int thread = static_cast<int>(threadIdx.x) - 32;
+  const int thread = static_cast<int>(threadIdx.x) - 32 * kProducerWarps;
   if (thread == 0) check_schedule(p);
   const std::int64_t units = schedule_units(p.batch, p.next_n, p.path);
   for (std::int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
@@ -656,8 +682,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       ptx::mbarrier_init(&barriers[s], 1);                              // page full
       ptx::mbarrier_init(&barriers[kStages + s], kWarpgroupThreads);  // page empty
     }
+    *reinterpret_cast<std::int32_t*>(smem + Layout::issued_generation) = -1;
     for (int s = 0; s < 2; ++s) {
-      ptx::mbarrier_init(&barriers[2 * kStages + s], 32);     // query full: the producer warp
+      ptx::mbarrier_init(&barriers[2 * kStages + s], 32);     // query full: producer 0
       ptx::mbarrier_init(&barriers[2 * kStages + 2 + s], kQueryReleaseArrivals);  // query empty
     }
     ptx::fence_barrier_init();
@@ -667,10 +694,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warpgroup = static_cast<int>(threadIdx.x) / kWarpgroupThreads;
   if (warpgroup == 0) {
     ptx::lower_register_limit<kProducerRegisters>();
-    if (threadIdx.x < 32) {
+    if (threadIdx.x < 32 * kProducerWarps) {
       ptx::prefetch_tensor_map(&key_map);
       ptx::prefetch_tensor_map(&query_map);
-      produce<kRows, kHeads>(p, &key_map, &query_map, smem);
+      produce<kRows, kHeads>(p, &key_map, &query_map, smem, static_cast<int>(threadIdx.x) / 32);
     } else {
       fill_uncovered<kRows>(p);
     }
