@@ -1,6 +1,7 @@
 // CUDA top-k against the independent host reference: every value
 // distribution that trips radix selection (ties, equal rows, narrow ranges,
-// random low bits only, -inf and NaN), short and long rows mixed in one call,
+// random low bits only, -inf and NaN, rare huge outliers over a dense
+// cluster, rows that mislead a sample), short and long rows mixed in one call,
 // float32 and bfloat16, sorted and unsorted output, physical slots, device-side
 // length validation and bitwise repeatability.
 #include <gtest/gtest.h>
@@ -21,7 +22,23 @@
 namespace dsa_test::gpu {
 namespace {
 
-enum class Spread { uniform, few_values, all_equal, tiny, offset, low_bits, infinities_and_nans };
+enum class Spread {
+  uniform,
+  few_values,
+  all_equal,
+  tiny,
+  offset,
+  low_bits,
+  infinities_and_nans,
+  outliers_over_cluster,
+  // Uniform values, except positions p with p % 128 < 4, which hold huge
+  // (decoys_high) or hugely negative (decoys_low) distinct values: a sample of
+  // a row taken at evenly spaced groups of 4 (as the CUDA selection takes it
+  // for rows of 64K and 128K positions) sees only decoys and misjudges where
+  // the k-th largest value lies, by too high or too low.
+  decoys_high,
+  decoys_low,
+};
 
 const char* spread_name(Spread s) {
   switch (s) {
@@ -32,15 +49,24 @@ const char* spread_name(Spread s) {
     case Spread::offset: return "offset";
     case Spread::low_bits: return "low_bits";
     case Spread::infinities_and_nans: return "infinities_and_nans";
+    case Spread::outliers_over_cluster: return "outliers_over_cluster";
+    case Spread::decoys_high: return "decoys_high";
+    case Spread::decoys_low: return "decoys_low";
   }
   return "?";
 }
 
-constexpr Spread kAllSpreads[] = {Spread::uniform,  Spread::few_values, Spread::all_equal,
-                                  Spread::tiny,     Spread::offset,     Spread::low_bits,
-                                  Spread::infinities_and_nans};
+constexpr Spread kAllSpreads[] = {Spread::uniform,     Spread::few_values,
+                                  Spread::all_equal,   Spread::tiny,
+                                  Spread::offset,      Spread::low_bits,
+                                  Spread::infinities_and_nans, Spread::outliers_over_cluster,
+                                  Spread::decoys_high, Spread::decoys_low};
 
-float draw(Spread spread, std::mt19937& rng) {
+constexpr std::int64_t kDecoyPeriod = 128;
+constexpr std::int64_t kDecoyRun = 4;
+
+// Value at column `column` of a row.
+float draw(Spread spread, std::int64_t column, std::mt19937& rng) {
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
   switch (spread) {
     case Spread::uniform: return 10.0f * unit(rng);
@@ -64,6 +90,20 @@ float draw(Spread spread, std::mt19937& rng) {
         case 5: return std::numeric_limits<float>::infinity();
         default: return static_cast<float>(static_cast<int>(rng() % 3) - 1);
       }
+    }
+    case Spread::outliers_over_cluster: {
+      // 1 in 40 values spread over 1e10 .. 1e30, the rest within 65536 ulps of 1.
+      if (rng() % 40 == 0) return std::pow(10.0f, 10.0f + 10.0f * (unit(rng) + 1.0f));
+      const std::uint32_t bits = 0x3f800000u | (rng() & 0xffffu);
+      float value;
+      std::memcpy(&value, &bits, sizeof value);
+      return value;
+    }
+    case Spread::decoys_high:
+    case Spread::decoys_low: {
+      const float value = unit(rng);
+      if (column % kDecoyPeriod >= kDecoyRun) return value;
+      return (spread == Spread::decoys_high ? 1e30f : -1e30f) * (2.0f + value);
     }
   }
   return 0.0f;
@@ -97,7 +137,9 @@ class TopkRun {
     stride_ = c.cols + 3;  // rows start at every alignment
     std::mt19937 rng(c.seed);
     values_.assign(static_cast<std::size_t>(rows_ * stride_), 0.0f);
-    for (auto& v : values_) v = draw(c.spread, rng);
+    for (std::size_t i = 0; i < values_.size(); ++i) {
+      values_[i] = draw(c.spread, static_cast<std::int64_t>(i) % stride_, rng);
+    }
     if (c.dtype == dsa::DType::bfloat16) {
       bf16_.resize(values_.size());
       for (std::size_t i = 0; i < values_.size(); ++i) {
@@ -322,9 +364,36 @@ TEST(GpuTopk, VeryWideLogits) {
   }
 }
 
+// Rows that mislead the sample the selection takes (too few candidates, or
+// too many to hold) are finished by the slower exact path; rows of one call
+// take both the one-CTA-per-row kernel (many rows) and the cluster kernel
+// (few rows).
+TEST(GpuTopk, RowsThatMisleadTheSampleStayExact) {
+  DSA_REQUIRE_GPU();
+  std::uint32_t seed = 200;
+  for (Spread spread : {Spread::decoys_high, Spread::decoys_low}) {
+    for (const std::int64_t rows : {2, 300}) {
+      for (int k : {100, 2048}) {
+        TopkCase c;
+        c.cols = rows == 2 ? 131072 : 65536;
+        c.lengths.assign(static_cast<std::size_t>(rows), static_cast<std::int32_t>(c.cols));
+        c.lengths[1] = 70000 < c.cols ? 70000 : c.lengths[1];
+        c.k = k;
+        c.sorted = k == 100;
+        c.spread = spread;
+        c.seed = seed++;
+        SCOPED_TRACE(std::string(spread_name(spread)) + " rows=" + std::to_string(rows) +
+                     " k=" + std::to_string(k));
+        expect_matches_reference(c);
+      }
+    }
+  }
+}
+
 TEST(GpuTopk, UnsortedOutputIsBitwiseRepeatable) {
   DSA_REQUIRE_GPU();
-  for (Spread spread : {Spread::uniform, Spread::few_values, Spread::all_equal}) {
+  for (Spread spread : {Spread::uniform, Spread::few_values, Spread::all_equal,
+                        Spread::outliers_over_cluster, Spread::decoys_low}) {
     TopkCase c;
     c.cols = 131072;
     c.lengths = {131072, 100000, 65536, 4097};

@@ -18,7 +18,7 @@ enum class BackendChoice { automatic, cpu, cpu_reference, cuda, cuda_generic, cu
 
 const char* backend_choice_name(BackendChoice choice) noexcept;
 
-enum class GridSize { full, small };
+enum class GridSize { full, small, topk };
 
 struct Options {
   Command command = Command::run;

@@ -1,8 +1,10 @@
 // Order-preserving integer keys for top-k selection.
 //
-// Each logit is mapped to an unsigned key whose integer order is the total
-// order top-k selects under: NaN ranks with -inf, -0.0 equals +0.0. Radix
-// selection then works on the key's bits, most significant digit first.
+// Each logit is mapped to an unsigned 32-bit key whose integer order is the
+// total order top-k selects under: NaN ranks with -inf, -0.0 equals +0.0
+// (bfloat16 keys fill the upper 16 bits). A key and its position combine into
+// one 64-bit rank, unique within a row, whose order is the selection order
+// including the tie break: larger key first, then smaller position.
 #pragma once
 
 #include <cstdint>
@@ -11,9 +13,7 @@
 
 namespace dsa::detail::cuda::topk_impl {
 
-// Digit width of one radix-selection pass (2048 histogram bins).
-inline constexpr int kDigitBits = 11;
-inline constexpr int kMaxBins = 1 << kDigitBits;
+using Rank = unsigned long long;
 
 template <typename Bits>
 struct OrderedKey;
@@ -21,9 +21,7 @@ struct OrderedKey;
 // float32, read as its bit pattern.
 template <>
 struct OrderedKey<std::uint32_t> {
-  using Key = std::uint32_t;
-  static constexpr int kBits = 32;
-  DSA_HD static Key from_bits(std::uint32_t bits) {
+  DSA_HD static std::uint32_t from_bits(std::uint32_t bits) {
     if ((bits & 0x7fffffffu) > 0x7f800000u) bits = 0xff800000u;  // NaN -> -inf
     if (bits == 0x80000000u) bits = 0u;                            // -0.0 -> +0.0
     return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
@@ -33,19 +31,20 @@ struct OrderedKey<std::uint32_t> {
 // bfloat16, read as its bit pattern.
 template <>
 struct OrderedKey<std::uint16_t> {
-  using Key = std::uint16_t;
-  static constexpr int kBits = 16;
-  DSA_HD static Key from_bits(std::uint16_t bits) {
-    if ((bits & 0x7fffu) > 0x7f80u) bits = 0xff80u;  // NaN -> -inf
-    if (bits == 0x8000u) bits = 0u;                  // -0.0 -> +0.0
-    return static_cast<Key>((bits & 0x8000u) ? ~bits : (bits | 0x8000u));
+  DSA_HD static std::uint32_t from_bits(std::uint16_t bits) {
+    std::uint32_t b = bits;
+    if ((b & 0x7fffu) > 0x7f80u) b = 0xff80u;  // NaN -> -inf
+    if (b == 0x8000u) b = 0u;                  // -0.0 -> +0.0
+    return ((b & 0x8000u) ? (~b & 0xffffu) : (b | 0x8000u)) << 16;
   }
 };
 
-// Bits of the key below the digit of radix pass `pass` (0 for the last pass).
-DSA_HD int digit_shift_after_pass(int key_bits, int pass) {
-  const int shift = key_bits - kDigitBits * (pass + 1);
-  return shift > 0 ? shift : 0;
+DSA_HD Rank rank_of(std::uint32_t key, std::uint32_t position) {
+  return (static_cast<Rank>(key) << 32) | (0xffffffffu - position);
 }
+DSA_HD std::uint32_t position_of(Rank rank) {
+  return 0xffffffffu - static_cast<std::uint32_t>(rank);
+}
+DSA_HD std::uint32_t key_of(Rank rank) { return static_cast<std::uint32_t>(rank >> 32); }
 
 }  // namespace dsa::detail::cuda::topk_impl

@@ -1,24 +1,34 @@
-// Exact radix top-k of one row per CTA group.
+// Exact top-k of one row per CTA group, reading the row once.
 //
 // A row is split into contiguous segments, one per CTA of a group (a thread
 // block cluster on sm_90, a single CTA elsewhere). Selection works on
-// order-preserving keys (ordered_key.cuh), most significant 11-bit digit
-// first: every pass builds a digit histogram of the elements still matching
-// the prefix chosen so far, the group sums the histograms, and every CTA scans
-// the sum for the bin that holds the k-th largest key. Passes stop once the
-// full key is known or every element of the chosen bin is a winner. During the
-// second pass, a CTA whose segment is in shared memory also lists the
-// positions that can still win, so later passes visit only those. Winners
-// are then the elements above the threshold plus the first `remaining`
-// elements equal to it in position order; each is placed by counting, in
-// position order (CTA rank, warp, iteration, lane), so the output never
-// depends on scheduling.
+// order-preserving keys and on 64-bit ranks (key, then position) that make
+// every element of a row distinct (ordered_key.cuh).
+//
+//  1. Window. Every CTA sorts the same sample of 2048 keys spread over the row
+//     and takes two of its quantiles around the expected k-th largest: `low`,
+//     below which (with overwhelming probability) nothing wins, and `high`.
+//     Keys in (low, high] are split into 2047 equal bins; so the bins adapt
+//     to the row's value range (narrow, offset or spread alike).
+//  2. One pass over the segment, straight from global memory: keys above
+//     `low` are counted per bin and appended to a candidate list in shared
+//     memory; keys equal to `low` are only counted (bin 0), so heavy ties
+//     and constant rows cost nothing here.
+//  3. The group's first CTA sums the counts, finds the bin holding the k-th
+//     largest key and gathers the candidates at or above that bin.
+//  4. It narrows [low, high] of the ranks among those few candidates until
+//     exactly the missing winners lie inside, and writes the winners sorted by
+//     position (or by rank when sorted output is asked for), so the output
+//     never depends on scheduling. When the k-th largest key is `low` itself,
+//     the winners equal to it are the first ones in position order, found by
+//     a short ordered scan from the start of the row.
+// A row the sample misjudges (candidates beyond the list's capacity, or fewer
+// than k keys at or above `low`) is narrowed by the first CTA alone over the
+// whole row (several reads) until its candidates fit; slower, equally exact.
 #pragma once
 
 #include <cooperative_groups.h>
-#include <cuda_pipeline.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <cub/block/block_radix_sort.cuh>
 
@@ -31,17 +41,21 @@ namespace dsa::detail::cuda::topk_impl {
 inline constexpr int kThreads = 512;
 inline constexpr int kWarps = kThreads / 32;
 inline constexpr unsigned kFullMask = 0xffffffffu;
-inline constexpr int kSortItemsPerThread = kMaxTopk / kThreads;
+inline constexpr int kItemsPerThread = kMaxTopk / kThreads;
+inline constexpr int kSampleSize = kThreads * kItemsPerThread;
 // Largest group of CTAs sharing one row (the portable cluster size limit).
 inline constexpr int kMaxGroupSize = 8;
 // Rows are split between CTAs in multiples of this many positions.
 inline constexpr int kSegmentGranule = 64;
+inline constexpr int kBins = 2048;
+// Candidates one CTA can hold: room for the ~k + 5% of a segment expected
+// above `low` for segments up to ~128K positions.
+inline constexpr int kCandidateCapacity = 6144;
+inline constexpr int kVectorItems = 4;  // values per vector load
+inline constexpr int kLoadsAhead = 4;   // loads each thread keeps in flight
 
-// Sorts one row's winners by key, largest first; stable, so equal keys keep
-// the position order they are gathered in.
-template <typename Bits>
-using WinnerSort =
-    cub::BlockRadixSort<typename OrderedKey<Bits>::Key, kThreads, kSortItemsPerThread, int>;
+using RankSort = cub::BlockRadixSort<Rank, kThreads, kItemsPerThread>;
+using SampleSort = cub::BlockRadixSort<std::uint32_t, kThreads, kItemsPerThread>;
 
 struct TopkArgs {
   const void* logits = nullptr;
@@ -59,46 +73,44 @@ struct TopkArgs {
   int rows_per_request = 1;
   DeviceErrorRecord* error = nullptr;
   int group_size = 1;  // CTAs per row
-  // Byte offset of the survivor index lists in dynamic shared memory; 0: none.
-  int survivor_offset = 0;
 };
 
-// Per-CTA scalars; cta_greater / cta_equal are read by the other CTAs.
+// Per-CTA scalars; candidate_count and equal_count are read by the group's
+// first CTA.
 struct RowShared {
   int warp_sums[kWarps];
-  int warp_greater[kWarps];
-  int warp_equal[kWarps];
-  int cta_greater;
-  int cta_equal;
-  int greater_offset;
-  int equal_offset;
+  std::uint32_t window_low;
+  std::uint32_t window_high;
+  int window_shift;
+  int candidate_count;  // appended by this CTA; may exceed the capacity
+  int equal_count;      // keys equal to window_low in this CTA's segment
+  int kept;             // list length while compacting or collecting
+  int staged_count;
   int found_bin;
   int found_above;
   int found_count;
-  int warp_survivors[kWarps];
-  unsigned overflow_passes;  // bit p: a warp overflowed its survivor slots in pass p
+  int overflow;
+  int range_count;
+  Rank range_min;
+  Rank range_max;
 };
 
-// Dynamic shared memory: two histogram buffers (passes alternate between
-// them, see gather_histograms), the group's summed histogram, the scalars,
-// the segment (or the sort's scratch), then the survivor lists if any. The
-// histogram buffers and the sum double as the gather buffer of sorted output
-// (keys, positions) once selection is over.
-inline constexpr std::size_t kHistogramBytes = kMaxBins * sizeof(int);
-inline constexpr int kHistogramBuffers = 2;
-inline constexpr std::size_t kSegmentOffset =
-    (kHistogramBuffers + 1) * kHistogramBytes + (sizeof(RowShared) + 15) / 16 * 16;
-
-struct SharedLayout {
-  int* histogram;
-  int* totals;
-  RowShared* shared;
-  unsigned char* segment;
-  __device__ explicit SharedLayout(unsigned char* base)
-      : histogram(reinterpret_cast<int*>(base)),
-        totals(reinterpret_cast<int*>(base + kHistogramBuffers * kHistogramBytes)),
-        shared(reinterpret_cast<RowShared*>(base + (kHistogramBuffers + 1) * kHistogramBytes)),
-        segment(base + kSegmentOffset) {}
+// Dynamic shared memory of one CTA. The radix sorts' scratch overlays the
+// candidate list: the sample is sorted before any candidate exists and the
+// winners after the candidates have been read. The group's summed counts
+// overlay the staged winners, which come later.
+struct SharedStorage {
+  int histogram[kBins];
+  union {
+    Rank staged[kMaxTopk];
+    int totals[kBins];
+  };
+  RowShared s;
+  union {
+    Rank candidates[kCandidateCapacity];
+    typename RankSort::TempStorage sort;
+    typename SampleSort::TempStorage sample_sort;
+  };
 };
 
 // One CTA alone owns the row.
@@ -110,8 +122,6 @@ struct SingleBlock {
   __device__ static T* remote(T* local, unsigned /*rank*/) {
     return local;
   }
-  __device__ static void arrive() {}
-  __device__ static void wait() {}
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -125,146 +135,41 @@ struct BlockCluster {
   __device__ static T* remote(T* local, unsigned rank) {
     return cooperative_groups::this_cluster().map_shared_rank(local, static_cast<int>(rank));
   }
-  // Split barrier that keeps every CTA's shared memory alive until the
-  // others are done reading it.
-  __device__ static void arrive() { (void)cooperative_groups::this_cluster().barrier_arrive(); }
-  __device__ static void wait() { cooperative_groups::this_cluster().barrier_wait(); }
 };
 #endif
-
-// Keys held in shared memory; the first pass turns raw bits into keys in place.
-template <typename Bits>
-struct SharedKeys {
-  using Key = typename OrderedKey<Bits>::Key;
-  Key* keys;
-  int count;
-  __device__ Key first_pass_key(int j) const {
-    const Key key = OrderedKey<Bits>::from_bits(keys[j]);
-    keys[j] = key;
-    return key;
-  }
-  __device__ Key key(int j) const { return keys[j]; }
-  static constexpr bool kCanCompact = true;
-  template <typename F>
-  __device__ void for_each(bool first, F&& f) const;
-};
-
-// Keys computed from global memory on every pass.
-template <typename Bits>
-struct GlobalKeys {
-  using Key = typename OrderedKey<Bits>::Key;
-  const Bits* bits;
-  int count;
-  __device__ Key first_pass_key(int j) const { return key(j); }
-  __device__ Key key(int j) const { return OrderedKey<Bits>::from_bits(__ldg(bits + j)); }
-  static constexpr bool kCanCompact = false;
-  template <typename F>
-  __device__ void for_each(bool /*first*/, F&& f) const;
-};
 
 __device__ inline int lane_id() { return static_cast<int>(threadIdx.x) & 31; }
 __device__ inline int warp_id() { return static_cast<int>(threadIdx.x) >> 5; }
 
-// Each warp walks its own contiguous range of [0, count), 32 elements per
-// step, lane-interleaved; f(j, valid, key) runs on the whole warp every step,
-// so position order is (warp, step, lane). Keys of a few steps are loaded
-// ahead to keep several global loads in flight.
-__device__ inline int warp_range_length(int count) {
-  return ((count + kWarps - 1) / kWarps + 31) & ~31;
-}
-
-template <typename Load, typename F>
-__device__ void for_each_key_in_warp_range(int count, Load&& load, F&& f) {
-  constexpr int kStepsAhead = 4;
-  const int per_warp = warp_range_length(count);
-  const int begin = warp_id() * per_warp;
-  const int end = min(begin + per_warp, count);
-  for (int base = begin; base < end; base += 32 * kStepsAhead) {
-    unsigned keys[kStepsAhead];
+// Appends values[m] for every bit m of `take` to out[*counter ...]; the whole
+// warp calls it together. Values past `capacity` are counted, not stored. The
+// order between warps is not fixed: callers sort or compare by rank.
+template <int kItems>
+__device__ void append(unsigned take, const Rank (&values)[kItems], Rank* out, int* counter,
+                       int capacity) {
+  if (!__any_sync(kFullMask, take != 0)) return;
+  const int mine = __popc(take);
+  int inclusive = mine;
 #pragma unroll
-    for (int step = 0; step < kStepsAhead; ++step) {
-      const int j = base + step * 32 + lane_id();
-      keys[step] = j < end ? static_cast<unsigned>(load(j)) : 0u;
-    }
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const int other = __shfl_up_sync(kFullMask, inclusive, offset);
+    if (lane_id() >= offset) inclusive += other;
+  }
+  int base = 0;
+  if (lane_id() == 31) base = atomicAdd(counter, inclusive);
+  int slot = __shfl_sync(kFullMask, base, 31) + inclusive - mine;
 #pragma unroll
-    for (int step = 0; step < kStepsAhead; ++step) {
-      if (base + step * 32 < end) {
-        const int j = base + step * 32 + lane_id();
-        f(j, j < end, keys[step]);
-      }
+  for (int m = 0; m < kItems; ++m) {
+    if ((take >> m) & 1u) {
+      if (slot < capacity) out[slot] = values[m];
+      ++slot;
     }
   }
 }
 
-template <typename Bits>
-template <typename F>
-__device__ void SharedKeys<Bits>::for_each(bool first, F&& f) const {
-  if (first) {
-    for_each_key_in_warp_range(
-        count, [&](int j) { return first_pass_key(j); }, f);
-  } else {
-    for_each_key_in_warp_range(
-        count, [&](int j) { return key(j); }, f);
-  }
-}
-
-template <typename Bits>
-template <typename F>
-__device__ void GlobalKeys<Bits>::for_each(bool /*first*/, F&& f) const {
-  for_each_key_in_warp_range(
-      count, [&](int j) { return key(j); }, f);
-}
-
-// The elements of a shared segment that can still be winners: each warp
-// keeps the positions (in its own range, in order) that survived a pass, so
-// later passes and the collection visit only those, in the same order.
-template <typename Bits>
-struct CompactedKeys {
-  using Key = typename OrderedKey<Bits>::Key;
-  const Key* keys;
-  std::uint16_t* survivors;  // per warp: `capacity` slots
-  int* warp_counts;
-  int capacity;
-  template <typename F>
-  __device__ void for_each(bool /*first*/, F&& f) const {
-    constexpr int kStepsAhead = 4;
-    const std::uint16_t* mine = survivors + warp_id() * capacity;
-    const int count = warp_counts[warp_id()];
-    for (int base = 0; base < count; base += 32 * kStepsAhead) {
-      int js[kStepsAhead];
-      unsigned ks[kStepsAhead];
-#pragma unroll
-      for (int step = 0; step < kStepsAhead; ++step) {
-        const int t = base + step * 32 + lane_id();
-        js[step] = t < count ? mine[t] : 0;
-        ks[step] = t < count ? static_cast<unsigned>(keys[js[step]]) : 0u;
-      }
-#pragma unroll
-      for (int step = 0; step < kStepsAhead; ++step) {
-        if (base + step * 32 < count) f(js[step], base + step * 32 + lane_id() < count, ks[step]);
-      }
-    }
-  }
-};
-
-// Adds the active lanes' digits to a shared histogram. When all active lanes
-// share one digit (the common case once a few passes have narrowed the
-// candidates, and for heavily tied rows) a single atomic adds them all, so
-// concentrated distributions do not serialize on one bin; otherwise each lane
-// adds its own, as shared atomics on spread bins rarely collide.
-__device__ inline void add_to_histogram(int* histogram, bool active, unsigned digit) {
-  const unsigned active_lanes = __ballot_sync(kFullMask, active);
-  const int leader = __ffs(active_lanes) - 1;
-  const unsigned leader_digit = __shfl_sync(kFullMask, digit, leader);
-  if (__all_sync(kFullMask, !active || digit == leader_digit)) {
-    if (lane_id() == leader) atomicAdd(histogram + digit, __popc(active_lanes));
-  } else if (active) {
-    atomicAdd(histogram + digit, 1);
-  }
-}
-
-// Exclusive prefix sum of one value per thread in thread order.
-__device__ inline int block_exclusive_sum(int value, int* warp_sums) {
+// Exclusive prefix sum of one value per thread in thread order; *total gets
+// the sum over the CTA.
+__device__ inline int block_exclusive_sum(int value, int* warp_sums, int* total) {
   int inclusive = value;
 #pragma unroll
   for (int offset = 1; offset < 32; offset <<= 1) {
@@ -274,95 +179,52 @@ __device__ inline int block_exclusive_sum(int value, int* warp_sums) {
   if (lane_id() == 31) warp_sums[warp_id()] = inclusive;
   __syncthreads();
   int before = 0;
-  for (int w = 0; w < warp_id(); ++w) before += warp_sums[w];
+  int all = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    if (w < warp_id()) before += warp_sums[w];
+    all += warp_sums[w];
+  }
   __syncthreads();
+  *total = all;
   return before + inclusive - value;
 }
 
-// Histogram of the next digit over the elements whose key matches `prefix`
-// above `shift` (all elements in the first pass).
-template <typename Keys>
-__device__ void histogram_pass(const Keys& keys, int* histogram, bool first, unsigned prefix,
-                               int shift, int digit_shift, unsigned digit_mask) {
-  keys.for_each(first, [&](int /*j*/, bool valid, unsigned key) {
-    const bool candidate = valid && (first || (key >> shift) == prefix);
-    if (__any_sync(kFullMask, candidate)) {
-      add_to_histogram(histogram, candidate, (key >> digit_shift) & digit_mask);
-    }
-  });
-}
-
-// histogram_pass over the whole segment that also records, per warp, the
-// positions whose key is at or above `prefix` (every possible winner).
-// A warp with more than `capacity` of them sets bit `pass` of overflow_passes.
-template <typename Bits>
-__device__ void histogram_and_compact_pass(const SharedKeys<Bits>& keys,
-                                           const CompactedKeys<Bits>& out, int* histogram,
-                                           unsigned prefix, int shift, int digit_shift,
-                                           unsigned digit_mask, int pass, RowShared* s) {
-  std::uint16_t* mine = out.survivors + warp_id() * out.capacity;
-  const unsigned lanes_below = (1u << lane_id()) - 1u;
-  int kept = 0;
-  keys.for_each(false, [&](int j, bool valid, unsigned key) {
-    const unsigned digits = key >> shift;
-    const unsigned survivors = __ballot_sync(kFullMask, valid && digits >= prefix);
-    if (survivors != 0) {
-      const int slot = kept + __popc(survivors & lanes_below);
-      if (((survivors >> lane_id()) & 1u) && slot < out.capacity) {
-        mine[slot] = static_cast<std::uint16_t>(j);
-      }
-      kept += __popc(survivors);
-      const bool candidate = valid && digits == prefix;
-      if (__any_sync(kFullMask, candidate)) {
-        add_to_histogram(histogram, candidate, (key >> digit_shift) & digit_mask);
-      }
-    }
-  });
-  if (lane_id() == 0) {
-    out.warp_counts[warp_id()] = kept;
-    if (kept > out.capacity) atomicOr(&s->overflow_passes, 1u << pass);
+// Adds one to histogram[bin] for every active lane; one atomic when the
+// active lanes share a bin, so concentrated values do not serialize.
+__device__ inline void add_to_histogram(int* histogram, bool active, int bin) {
+  const unsigned active_lanes = __ballot_sync(kFullMask, active);
+  if (active_lanes == 0) return;
+  const int leader = __ffs(active_lanes) - 1;
+  const int leader_bin = __shfl_sync(kFullMask, bin, leader);
+  if (__all_sync(kFullMask, !active || bin == leader_bin)) {
+    if (lane_id() == leader) atomicAdd(histogram + bin, __popc(active_lanes));
+  } else if (active) {
+    atomicAdd(histogram + bin, 1);
   }
 }
 
-// Every CTA reads all the group's histograms into its own `totals`, so a
-// pass needs one group barrier. `next_histogram`, the buffer the next pass
-// fills, was last read by the other CTAs in the previous pass, which they have
-// all finished once past this barrier; clearing it here needs no second one.
-template <typename Group>
-__device__ void gather_histograms(const int* histogram, int* next_histogram, int* totals,
-                                  int bins) {
-  Group::sync();
-  const unsigned group_size = Group::size();
-  for (int bin = static_cast<int>(threadIdx.x); bin < bins; bin += kThreads) {
-    int sum = 0;
-    for (unsigned r = 0; r < group_size; ++r) sum += Group::remote(histogram, r)[bin];
-    totals[bin] = sum;
-  }
-  for (int bin = static_cast<int>(threadIdx.x); bin < kMaxBins; bin += kThreads) {
-    next_histogram[bin] = 0;
-  }
-  __syncthreads();
-}
-
-// Finds the bin, scanning from the largest digit down, that holds the
-// target-th largest element: above < target <= above + count.
-__device__ inline void find_threshold_bin(const int* totals, int bins, int target, RowShared* s) {
-  constexpr int kBinsPerThread = kMaxBins / kThreads;
-  const int top = bins - 1 - static_cast<int>(threadIdx.x) * kBinsPerThread;
+// Finds the bin, scanning from the largest down, that holds the target-th
+// largest element: above < target <= above + count. found_bin stays -1 when
+// the histogram holds fewer than `target` elements.
+__device__ inline void find_threshold_bin(const int* histogram, int target, RowShared& s) {
+  constexpr int kBinsPerThread = kBins / kThreads;
+  if (threadIdx.x == 0) s.found_bin = -1;
+  const int top = kBins - 1 - static_cast<int>(threadIdx.x) * kBinsPerThread;
   int counts[kBinsPerThread];
   int sum = 0;
 #pragma unroll
   for (int m = 0; m < kBinsPerThread; ++m) {
-    counts[m] = top - m >= 0 ? totals[top - m] : 0;
+    counts[m] = histogram[top - m];
     sum += counts[m];
   }
-  int above = block_exclusive_sum(sum, s->warp_sums);
+  int total = 0;
+  int above = block_exclusive_sum(sum, s.warp_sums, &total);
 #pragma unroll
   for (int m = 0; m < kBinsPerThread; ++m) {
-    if (top - m >= 0 && above < target && above + counts[m] >= target) {
-      s->found_bin = top - m;
-      s->found_above = above;
-      s->found_count = counts[m];
+    if (above < target && above + counts[m] >= target) {
+      s.found_bin = top - m;
+      s.found_above = above;
+      s.found_count = counts[m];
     }
     above += counts[m];
   }
@@ -395,235 +257,416 @@ __device__ inline void write_all_positions(const TopkArgs& a, std::int64_t row, 
   }
 }
 
-// Copies positions [begin, end) of the row into shared memory with 16-byte
-// asynchronous copies; returns where position begin landed. The buffer needs
-// room for end - begin + 16 / sizeof(Bits) values.
 template <typename Bits>
-__device__ Bits* load_segment(const Bits* row_bits, int begin, int end, Bits* buffer) {
-  constexpr int kVector = 16 / sizeof(Bits);
-  const Bits* source = row_bits + begin;
-  const int misalign =
-      static_cast<int>((reinterpret_cast<std::uintptr_t>(source) / sizeof(Bits)) % kVector);
-  // Shifting by the global misalignment makes 16-byte chunks line up in both.
-  Bits* keys = buffer + misalign;
-  const int count = end - begin;
-  const int head = min(count, (kVector - misalign) % kVector);
-  const int chunks = (count - head) / kVector;
-  const int body_end = head + chunks * kVector;
-  for (int c = static_cast<int>(threadIdx.x); c < chunks; c += kThreads) {
-    __pipeline_memcpy_async(keys + head + c * kVector, source + head + c * kVector, 16);
-  }
-  __pipeline_commit();
-  const int t = static_cast<int>(threadIdx.x);
-  if (t < head) keys[t] = source[t];
-  if (t < count - body_end) keys[body_end + t] = source[body_end + t];
-  __pipeline_wait_prior(0);
-  __syncthreads();
-  return keys;
+__device__ std::uint32_t load_key(const Bits* bits, int position) {
+  return OrderedKey<Bits>::from_bits(__ldg(bits + position));
 }
 
-// Threshold found so far: the top (kBits - shift) bits of the k-th largest
-// key are `prefix`; `remaining` winners are still to be taken from it.
-struct Threshold {
-  unsigned prefix;
-  int shift;
-  int remaining;
-  int pass;
+// Sets the window from a sorted sample of the whole row (identical in every
+// CTA of the group): `low` is the sample's b-th largest key with b a few
+// standard deviations above the expected number of winners in the sample,
+// `high` its (expected / 4)-th largest.
+template <typename Bits>
+__device__ void choose_window(const Bits* bits, int length, int k, SharedStorage& sm) {
+  const std::int64_t start =
+      static_cast<std::int64_t>(threadIdx.x) * length / kThreads;  // 4 neighbours per thread
+  std::uint32_t keys[kItemsPerThread];
+#pragma unroll
+  for (int m = 0; m < kItemsPerThread; ++m) {
+    const int position = static_cast<int>(min(start + m, static_cast<std::int64_t>(length - 1)));
+    keys[m] = load_key(bits, position);
+  }
+  SampleSort(sm.sample_sort).Sort(keys);
+  const int expected = static_cast<int>(static_cast<std::int64_t>(k) * kSampleSize / length);
+  const int top = expected / 4;
+  const int bottom =
+      min(expected + 4 * static_cast<int>(sqrtf(static_cast<float>(expected))) + 16,
+          kSampleSize - 1);
+#pragma unroll
+  for (int m = 0; m < kItemsPerThread; ++m) {
+    const int descending = kSampleSize - 1 - (static_cast<int>(threadIdx.x) * kItemsPerThread + m);
+    if (descending == top) sm.s.window_high = keys[m];
+    if (descending == bottom) sm.s.window_low = keys[m];
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const std::uint32_t width = sm.s.window_high - sm.s.window_low;
+    int shift = 0;
+    while (width > 1 && ((width - 1) >> shift) > static_cast<std::uint32_t>(kBins - 2)) ++shift;
+    sm.s.window_shift = shift;
+  }
+  __syncthreads();
+}
+
+// Bin of a key above the window's low key: 1 .. kBins - 1 (bin 0 counts the
+// keys equal to it).
+__device__ inline int window_bin(std::uint32_t key, std::uint32_t low, int shift) {
+  return static_cast<int>(min((key - low - 1u) >> shift, static_cast<std::uint32_t>(kBins - 2))) +
+         1;
+}
+
+template <typename Bits>
+struct VectorOf;
+template <>
+struct VectorOf<std::uint32_t> {
+  using Type = uint4;
+  __device__ static void unpack(const uint4& v, std::uint32_t (&bits)[kVectorItems]) {
+    bits[0] = v.x;
+    bits[1] = v.y;
+    bits[2] = v.z;
+    bits[3] = v.w;
+  }
+};
+template <>
+struct VectorOf<std::uint16_t> {
+  using Type = uint2;
+  __device__ static void unpack(const uint2& v, std::uint16_t (&bits)[kVectorItems]) {
+    bits[0] = static_cast<std::uint16_t>(v.x & 0xffffu);
+    bits[1] = static_cast<std::uint16_t>(v.x >> 16);
+    bits[2] = static_cast<std::uint16_t>(v.y & 0xffffu);
+    bits[3] = static_cast<std::uint16_t>(v.y >> 16);
+  }
 };
 
-// One radix pass: `build(histogram, digit_shift, digit_mask)` fills this
-// CTA's histogram, the group sums them and t moves to the chosen bin.
-// Returns whether the threshold is final.
-template <typename Bits, typename Group, typename Build>
-__device__ bool radix_pass(Threshold& t, const SharedLayout& smem, Build&& build) {
-  constexpr int kBits = OrderedKey<Bits>::kBits;
-  RowShared* s = smem.shared;
-  const int pass = t.pass;
-  const int digit_shift = digit_shift_after_pass(kBits, pass);
-  const int width = t.shift - digit_shift;
-  const int bins = 1 << width;
-  int* histogram = smem.histogram + (pass & 1) * kMaxBins;
-  build(histogram, digit_shift, static_cast<unsigned>(bins - 1));
-  gather_histograms<Group>(histogram, smem.histogram + ((pass + 1) & 1) * kMaxBins, smem.totals,
-                           bins);
-  find_threshold_bin(smem.totals, bins, t.remaining, s);
-  t.prefix = (t.prefix << width) | static_cast<unsigned>(s->found_bin);
-  t.shift = digit_shift;
-  t.remaining -= s->found_above;
-  t.pass = pass + 1;
-  return t.shift == 0 || s->found_count == t.remaining;
-}
-
-template <typename Bits, typename Group, typename Keys>
-__device__ void collect_winners(const TopkArgs& a, std::int64_t row, int begin, const Keys& keys,
-                                const Threshold& t, const SharedLayout& smem);
-
-// Selects this CTA's share of the row's winners and writes them (or, for
-// sorted output, gathers them into the group's first CTA and sorts there).
-// With a shared segment and room for survivor lists, the second pass records
-// the possible winners, and if no warp ran out of slots the remaining passes
-// and the collection visit only those; otherwise it tries again on the next
-// pass, and falls back to the whole segment.
-template <typename Bits, typename Group, typename Keys>
-__device__ void select_segment(const TopkArgs& a, std::int64_t row, int begin, const Keys& keys,
-                               const SharedLayout& smem) {
-  constexpr int kBits = OrderedKey<Bits>::kBits;
-  Threshold t{0u, kBits, a.k, 0};
-  const auto full_pass = [&](int* histogram, int digit_shift, unsigned digit_mask) {
-    histogram_pass(keys, histogram, t.pass == 0, t.prefix, t.shift, digit_shift, digit_mask);
-  };
-  bool done = radix_pass<Bits, Group>(t, smem, full_pass);
-  if constexpr (Keys::kCanCompact) {
-    if (a.survivor_offset != 0) {
-      RowShared* s = smem.shared;
-      const CompactedKeys<Bits> compacted{
-          keys.keys,
-          reinterpret_cast<std::uint16_t*>(reinterpret_cast<unsigned char*>(smem.histogram) +
-                                           a.survivor_offset),
-          // A quarter of each warp's range: room for every possible winner
-          // unless the row is badly concentrated (then the lists overflow).
-          s->warp_survivors, warp_range_length(keys.count) / 4};
-      while (!done) {
-        const int pass = t.pass;
-        done = radix_pass<Bits, Group>(
-            t, smem, [&](int* histogram, int digit_shift, unsigned digit_mask) {
-              histogram_and_compact_pass(keys, compacted, histogram, t.prefix, t.shift, digit_shift,
-                                         digit_mask, pass, s);
-            });
-        if (((s->overflow_passes >> pass) & 1u) == 0) {
-          const auto compacted_pass = [&](int* histogram, int digit_shift, unsigned digit_mask) {
-            histogram_pass(compacted, histogram, false, t.prefix, t.shift, digit_shift, digit_mask);
-          };
-          while (!done) done = radix_pass<Bits, Group>(t, smem, compacted_pass);
-          collect_winners<Bits, Group>(a, row, begin, compacted, t, smem);
-          return;
+// Step 2 over positions [begin, end) of the row, with vector loads.
+template <typename Bits>
+__device__ void scan_segment(const Bits* row_bits, int begin, int end, SharedStorage& sm) {
+  using Vector = VectorOf<Bits>;
+  const std::uint32_t low = sm.s.window_low;
+  const int shift = sm.s.window_shift;
+  int equal = 0;
+  // bits[m] is at position first + m when bit m of `valid` is set.
+  const auto consume = [&](const Bits (&bits)[kVectorItems], int first, unsigned valid) {
+    Rank ranks[kVectorItems];
+    unsigned take = 0;
+#pragma unroll
+    for (int m = 0; m < kVectorItems; ++m) {
+      const std::uint32_t key = OrderedKey<Bits>::from_bits(bits[m]);
+      ranks[m] = rank_of(key, static_cast<std::uint32_t>(first + m));
+      if ((valid >> m) & 1u) {
+        if (key > low) {
+          atomicAdd(&sm.histogram[window_bin(key, low, shift)], 1);
+          take |= 1u << m;
+        } else if (key == low) {
+          ++equal;
         }
       }
     }
-  }
-  while (!done) done = radix_pass<Bits, Group>(t, smem, full_pass);
-  collect_winners<Bits, Group>(a, row, begin, keys, t, smem);
-}
+    append(take, ranks, sm.candidates, &sm.s.candidate_count, kCandidateCapacity);
+  };
 
-// Winners: key above the threshold prefix, or equal to it and among the
-// first `remaining` such elements in position order.
-template <typename Bits, typename Group, typename Keys>
-__device__ void collect_winners(const TopkArgs& a, std::int64_t row, int begin, const Keys& keys,
-                                const Threshold& t, const SharedLayout& smem) {
-  using Key = typename OrderedKey<Bits>::Key;
-  RowShared* s = smem.shared;
-  const unsigned prefix = t.prefix;
-  const int shift = t.shift;
-  const int remaining = t.remaining;
-  const int greater_total = a.k - remaining;
-
-  int warp_greater = 0;
-  int warp_equal = 0;
-  keys.for_each(false, [&](int /*j*/, bool valid, unsigned key) {
-    const unsigned digits = key >> shift;
-    warp_greater += __popc(__ballot_sync(kFullMask, valid && digits > prefix));
-    warp_equal += __popc(__ballot_sync(kFullMask, valid && digits == prefix));
-  });
-  if (lane_id() == 0) {
-    s->warp_greater[warp_id()] = warp_greater;
-    s->warp_equal[warp_id()] = warp_equal;
+  const Bits* source = row_bits + begin;
+  const int count = end - begin;
+  const int misalign = static_cast<int>(
+      (reinterpret_cast<std::uintptr_t>(source) / sizeof(Bits)) % kVectorItems);
+  const int head = min(count, (kVectorItems - misalign) % kVectorItems);
+  const int vectors = (count - head) / kVectorItems;
+  const int tail_begin = head + vectors * kVectorItems;
+  const auto* vector_source = reinterpret_cast<const typename Vector::Type*>(source + head);
+  // Each thread keeps kLoadsAhead vector loads in flight at all times: the
+  // load replacing a vector is issued before that vector is consumed.
+  typename Vector::Type ahead[kLoadsAhead];
+#pragma unroll
+  for (int u = 0; u < kLoadsAhead; ++u) {
+    const int v = u * kThreads + static_cast<int>(threadIdx.x);
+    ahead[u] = v < vectors ? __ldg(vector_source + v) : typename Vector::Type{};
   }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int greater = 0;
-    int equal = 0;
-    for (int w = 0; w < kWarps; ++w) {
-      const int g = s->warp_greater[w];
-      const int e = s->warp_equal[w];
-      s->warp_greater[w] = greater;
-      s->warp_equal[w] = equal;
-      greater += g;
-      equal += e;
-    }
-    s->cta_greater = greater;
-    s->cta_equal = equal;
-  }
-  Group::sync();
-  if (threadIdx.x == 0) {
-    int greater = 0;
-    int equal = 0;
-    for (unsigned r = 0; r < Group::rank(); ++r) {
-      greater += *Group::remote(&s->cta_greater, r);
-      equal += *Group::remote(&s->cta_equal, r);
-    }
-    s->greater_offset = greater;
-    s->equal_offset = equal;
-  }
-  __syncthreads();
-  if (!a.sorted) Group::arrive();
-
-  std::int32_t* out = a.indices + row * a.indices_stride;
-  Key* gather_keys = Group::remote(reinterpret_cast<Key*>(smem.histogram), 0);
-  int* gather_positions = Group::remote(smem.totals, 0);
-  const unsigned lanes_below = (1u << lane_id()) - 1u;
-  int next_greater = s->greater_offset + s->warp_greater[warp_id()];
-  int next_equal = s->equal_offset + s->warp_equal[warp_id()];
-  keys.for_each(false, [&](int j, bool valid, unsigned key) {
-    const unsigned digits = key >> shift;
-    const bool greater = valid && digits > prefix;
-    const bool equal = valid && digits == prefix;
-    const unsigned greater_lanes = __ballot_sync(kFullMask, greater);
-    const unsigned equal_lanes = __ballot_sync(kFullMask, equal);
-    int slot = -1;
-    if (greater) {
-      slot = next_greater + __popc(greater_lanes & lanes_below);
-    } else if (equal) {
-      const int tie_rank = next_equal + __popc(equal_lanes & lanes_below);
-      if (tie_rank < remaining) slot = greater_total + tie_rank;
-    }
-    if (slot >= 0) {
-      const int position = begin + j;
-      if (a.sorted) {
-        gather_keys[slot] = static_cast<Key>(key);
-        gather_positions[slot] = position;
-      } else {
-        out[slot] = output_slot(a, row, position);
+  for (int base = 0; base < vectors; base += kThreads * kLoadsAhead) {
+#pragma unroll
+    for (int u = 0; u < kLoadsAhead; ++u) {
+      const int v = base + u * kThreads + static_cast<int>(threadIdx.x);
+      const typename Vector::Type current = ahead[u];
+      const int next = v + kThreads * kLoadsAhead;
+      ahead[u] = next < vectors ? __ldg(vector_source + next) : typename Vector::Type{};
+      if (base + u * kThreads < vectors) {
+        Bits bits[kVectorItems];
+        Vector::unpack(current, bits);
+        consume(bits, begin + head + v * kVectorItems, v < vectors ? 0xfu : 0u);
       }
     }
-    next_greater += __popc(greater_lanes);
-    next_equal += __popc(equal_lanes);
-  });
+  }
+  // The unaligned head and tail: fewer than kVectorItems values each.
+  {
+    const int t = static_cast<int>(threadIdx.x);
+    int offset = -1;
+    if (t < head) {
+      offset = t;
+    } else if (t >= kVectorItems && t - kVectorItems < count - tail_begin) {
+      offset = tail_begin + t - kVectorItems;
+    }
+    Bits bits[kVectorItems] = {};
+    if (offset >= 0) bits[0] = source[offset];
+    consume(bits, begin + offset, offset >= 0 ? 1u : 0u);
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    equal += __shfl_xor_sync(kFullMask, equal, offset);
+  }
+  if (lane_id() == 0 && equal > 0) atomicAdd(&sm.s.equal_count, equal);
+}
 
-  if (!a.sorted) {
-    Group::wait();
-    return;
-  }
-  Group::sync();
-  if (Group::rank() != 0) return;
-  // Gathered order is position order within the greater and the equal
-  // winners, and every equal winner has the smallest key, so a stable sort by
-  // key gives (value desc, position asc).
-  Key sort_keys[kSortItemsPerThread];
-  int sort_positions[kSortItemsPerThread];
+// Step 3, every CTA alike: the group's bin counts in `totals` (bin 0: keys
+// equal to `low`) and whether any CTA's candidate list overflowed.
+template <typename Group>
+__device__ void merge_group_counts(SharedStorage& sm) {
+  const unsigned group_size = Group::size();
+  for (int bin = static_cast<int>(threadIdx.x); bin < kBins; bin += kThreads) {
+    int sum = 0;
 #pragma unroll
-  for (int m = 0; m < kSortItemsPerThread; ++m) {
-    const int i = static_cast<int>(threadIdx.x) * kSortItemsPerThread + m;
-    // Key 0 is never produced by a value (it would be a NaN), so padding sorts last.
-    sort_keys[m] = i < a.k ? gather_keys[i] : Key{0};
-    sort_positions[m] = i < a.k ? gather_positions[i] : -1;
+    for (unsigned r = 0; r < kMaxGroupSize; ++r) {
+      if (r < group_size) sum += Group::remote(&sm, r)->histogram[bin];
+    }
+    sm.totals[bin] = sum;
   }
-  using Sort = WinnerSort<Bits>;
-  auto* storage = reinterpret_cast<typename Sort::TempStorage*>(smem.segment);
-  Sort(*storage).SortDescending(sort_keys, sort_positions);
+  if (threadIdx.x == 0) {
+    int equal = 0;
+    int overflow = 0;
+    for (unsigned r = 0; r < group_size; ++r) {
+      const RowShared& peer = Group::remote(&sm, r)->s;
+      equal += peer.equal_count;
+      overflow |= peer.candidate_count > kCandidateCapacity ? 1 : 0;
+    }
+    sm.totals[0] = equal;
+    sm.s.overflow = overflow;
+  }
+  __syncthreads();
+}
+
+// Keeps in place the candidates ranked at or above `floor`; returns their
+// number. Each round is read before any of it is overwritten, and the kept
+// entries never pass the end of the round.
+__device__ inline int compact_candidates(SharedStorage& sm, Rank floor) {
+  const int own = min(sm.s.candidate_count, kCandidateCapacity);
+  if (threadIdx.x == 0) sm.s.kept = 0;
+  __syncthreads();
+  for (int base = 0; base < own; base += kThreads) {
+    const int i = base + static_cast<int>(threadIdx.x);
+    const Rank value[1] = {i < own ? sm.candidates[i] : Rank{0}};
+    __syncthreads();
+    append(i < own && value[0] >= floor ? 1u : 0u, value, sm.candidates, &sm.s.kept,
+           kCandidateCapacity);
+    __syncthreads();
+  }
+  return sm.s.kept;
+}
+
+// Appends this CTA's first `count` candidates to the list of the group's
+// first CTA (the caller has checked that they fit).
+template <typename Group>
+__device__ void push_candidates(SharedStorage& sm, int count) {
+  SharedStorage* first = Group::remote(&sm, 0);
+  for (int base = 0; base < count; base += kThreads) {
+    const int i = base + static_cast<int>(threadIdx.x);
+    const Rank value[1] = {i < count ? sm.candidates[i] : Rank{0}};
+    append(i < count ? 1u : 0u, value, first->candidates, &first->s.kept, kCandidateCapacity);
+  }
+}
+
+// Ranks the narrowing visits: f(rank, valid) runs on every thread the same
+// number of times (warp-collective calls inside f are allowed).
+struct CandidateRanks {
+  const Rank* ranks;
+  int count;
+  template <typename F>
+  __device__ void for_each(F&& f) const {
+    for (int base = 0; base < count; base += kThreads) {
+      const int i = base + static_cast<int>(threadIdx.x);
+      f(i < count ? ranks[i] : Rank{0}, i < count);
+    }
+  }
+};
+
+template <typename Bits>
+struct RowRanks {
+  const Bits* bits;
+  int length;
+  template <typename F>
+  __device__ void for_each(F&& f) const {
+    for (int base = 0; base < length; base += kThreads * kLoadsAhead) {
+      std::uint32_t keys[kLoadsAhead];
 #pragma unroll
-  for (int m = 0; m < kSortItemsPerThread; ++m) {
-    const int i = static_cast<int>(threadIdx.x) * kSortItemsPerThread + m;
-    if (i < a.k) out[i] = output_slot(a, row, sort_positions[m]);
+      for (int u = 0; u < kLoadsAhead; ++u) {
+        const int i = base + u * kThreads + static_cast<int>(threadIdx.x);
+        keys[u] = i < length ? load_key(bits, i) : 0u;
+      }
+#pragma unroll
+      for (int u = 0; u < kLoadsAhead; ++u) {
+        const int i = base + u * kThreads + static_cast<int>(threadIdx.x);
+        f(rank_of(keys[u], static_cast<std::uint32_t>(i)), i < length);
+      }
+    }
+  }
+};
+
+// Ranks in [low, high] of which `needed` are still winners; the k - needed
+// others are above high.
+struct RankRange {
+  Rank low;
+  Rank high;
+  int needed;
+};
+
+// Count, smallest and largest of the source's ranks within r.
+template <typename Source>
+__device__ void range_stats(const Source& source, const RankRange& r, RowShared& s) {
+  if (threadIdx.x == 0) {
+    s.range_count = 0;
+    s.range_min = ~Rank{0};
+    s.range_max = 0;
+  }
+  __syncthreads();
+  int count = 0;
+  Rank smallest = ~Rank{0};
+  Rank largest = 0;
+  source.for_each([&](Rank v, bool valid) {
+    if (valid && v >= r.low && v <= r.high) {
+      ++count;
+      smallest = min(smallest, v);
+      largest = max(largest, v);
+    }
+  });
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    count += __shfl_xor_sync(kFullMask, count, offset);
+    smallest = min(smallest, __shfl_xor_sync(kFullMask, smallest, offset));
+    largest = max(largest, __shfl_xor_sync(kFullMask, largest, offset));
+  }
+  if (lane_id() == 0 && count > 0) {
+    atomicAdd(&s.range_count, count);
+    atomicMin(&s.range_min, smallest);
+    atomicMax(&s.range_max, largest);
+  }
+  __syncthreads();
+}
+
+// Splits [smallest, largest] of the range (from range_stats) into bins and
+// moves r to the one holding its needed-th largest rank.
+template <typename Source>
+__device__ void narrow_once(const Source& source, RankRange& r, SharedStorage& sm) {
+  const Rank low = sm.s.range_min;
+  const Rank high = sm.s.range_max;
+  const int shift = max(0, 64 - __clzll(static_cast<long long>(high - low)) - 11);
+  for (int bin = static_cast<int>(threadIdx.x); bin < kBins; bin += kThreads) {
+    sm.histogram[bin] = 0;
+  }
+  __syncthreads();
+  source.for_each([&](Rank v, bool valid) {
+    const bool inside = valid && v >= low && v <= high;
+    add_to_histogram(sm.histogram, inside, inside ? static_cast<int>((v - low) >> shift) : 0);
+  });
+  __syncthreads();
+  find_threshold_bin(sm.histogram, r.needed, sm.s);
+  r.needed -= sm.s.found_above;
+  r.low = low + (static_cast<Rank>(sm.s.found_bin) << shift);
+  r.high = min(high, r.low + ((Rank{1} << shift) - 1));
+  __syncthreads();
+}
+
+// Narrows r until it holds exactly r.needed ranks of the source, or, with
+// fit_total >= 0, until the ranks at or above r.low number at most fit_total.
+template <typename Source>
+__device__ void narrow(const Source& source, RankRange& r, int k, int fit_total,
+                       SharedStorage& sm) {
+  for (;;) {
+    range_stats(source, r, sm.s);
+    const int count = sm.s.range_count;
+    if (count == r.needed || k - r.needed + count <= fit_total) return;
+    narrow_once(source, r, sm);
+  }
+}
+
+// Collects the source's ranks at or above `floor` as the candidate list.
+template <typename Source>
+__device__ int collect_candidates(const Source& source, Rank floor, SharedStorage& sm) {
+  if (threadIdx.x == 0) sm.s.kept = 0;
+  __syncthreads();
+  source.for_each([&](Rank v, bool valid) {
+    const Rank value[1] = {v};
+    append(valid && v >= floor ? 1u : 0u, value, sm.candidates, &sm.s.kept, kCandidateCapacity);
+  });
+  __syncthreads();
+  return sm.s.kept;
+}
+
+// Writes the candidates ranked at or above `floor` (at most k of them) to
+// out[0, count) in position order, or in rank order for sorted output;
+// returns count.
+__device__ inline int write_candidates(const TopkArgs& a, std::int64_t row, int length,
+                                       int candidates, Rank floor, SharedStorage& sm,
+                                       std::int32_t* out) {
+  if (threadIdx.x == 0) sm.s.staged_count = 0;
+  __syncthreads();
+  CandidateRanks{sm.candidates, candidates}.for_each([&](Rank v, bool valid) {
+    // Sorted ascending below: ~rank puts the best first; both forms keep
+    // the position in their low 32 bits.
+    const Rank value[1] = {a.sorted ? ~v : static_cast<Rank>(position_of(v))};
+    append(valid && v >= floor ? 1u : 0u, value, sm.staged, &sm.s.staged_count, kMaxTopk);
+  });
+  __syncthreads();
+  const int count = sm.s.staged_count;
+  Rank items[kItemsPerThread];
+#pragma unroll
+  for (int m = 0; m < kItemsPerThread; ++m) {
+    const int i = static_cast<int>(threadIdx.x) * kItemsPerThread + m;
+    items[m] = i < count ? sm.staged[i] : ~Rank{0};
+  }
+  __syncthreads();  // the sort's scratch overlays the candidates
+  if (count > 0) {
+    const int end_bit = a.sorted ? 64 : 32 - __clz(length);
+    RankSort(sm.sort).Sort(items, 0, end_bit);
+  }
+#pragma unroll
+  for (int m = 0; m < kItemsPerThread; ++m) {
+    const int i = static_cast<int>(threadIdx.x) * kItemsPerThread + m;
+    if (i < count) out[i] = output_slot(a, row, static_cast<int>(static_cast<std::uint32_t>(items[m])));
+  }
+  return count;
+}
+
+// Writes the first `needed` positions (in position order) whose key is `key`
+// to out[0, needed), reading the row from its start only as far as needed.
+template <typename Bits>
+__device__ void write_equal_positions(const TopkArgs& a, std::int64_t row, const Bits* bits,
+                                      int length, std::uint32_t key, int needed,
+                                      std::int32_t* out, RowShared& s) {
+  constexpr int kChunk = kThreads * kVectorItems;  // consecutive positions per thread
+  int taken = 0;
+  for (int base = 0; base < length && taken < needed; base += kChunk * kLoadsAhead) {
+    bool equal[kLoadsAhead][kVectorItems];
+#pragma unroll
+    for (int u = 0; u < kLoadsAhead; ++u) {
+#pragma unroll
+      for (int m = 0; m < kVectorItems; ++m) {
+        const int p = base + u * kChunk + static_cast<int>(threadIdx.x) * kVectorItems + m;
+        equal[u][m] = p < length && load_key(bits, p) == key;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kLoadsAhead; ++u) {
+      if (base + u * kChunk >= length || taken >= needed) break;
+      int mine = 0;
+#pragma unroll
+      for (int m = 0; m < kVectorItems; ++m) mine += equal[u][m] ? 1 : 0;
+      int total = 0;
+      int rank = taken + block_exclusive_sum(mine, s.warp_sums, &total);
+#pragma unroll
+      for (int m = 0; m < kVectorItems; ++m) {
+        if (equal[u][m]) {
+          const int p = base + u * kChunk + static_cast<int>(threadIdx.x) * kVectorItems + m;
+          if (rank < needed) out[rank] = output_slot(a, row, p);
+          ++rank;
+        }
+      }
+      taken += total;
+    }
   }
 }
 
 // Row `row`, shared by the Group::size() CTAs of a group.
-// kInShared: each CTA first copies its segment to shared memory.
-template <typename Bits, typename Group, bool kInShared>
-__device__ void select_row(const TopkArgs& a, std::int64_t row, unsigned char* shared_base) {
-  const SharedLayout smem(shared_base);
+template <typename Bits, typename Group>
+__device__ void select_row(const TopkArgs& a, std::int64_t row, SharedStorage& sm) {
   const unsigned group_size = Group::size();
-  const unsigned rank = Group::rank();
+  const unsigned group_rank = Group::rank();
   const int length = a.lengths[row * a.lengths_stride];
   std::int32_t* out = a.indices + row * a.indices_stride;
 
@@ -639,7 +682,7 @@ __device__ void select_row(const TopkArgs& a, std::int64_t row, unsigned char* s
     limit = a.max_blocks;
   }
   if (error != kNoDeviceError || length <= a.k) {
-    if (rank == 0) {
+    if (group_rank == 0) {
       if (error != kNoDeviceError && threadIdx.x == 0) {
         record_error(a.error, error, static_cast<std::int32_t>(row), length,
                      static_cast<std::int32_t>(limit));
@@ -649,26 +692,72 @@ __device__ void select_row(const TopkArgs& a, std::int64_t row, unsigned char* s
     return;
   }
 
-  if (threadIdx.x == 0) smem.shared->overflow_passes = 0;
-  for (int bin = static_cast<int>(threadIdx.x); bin < kHistogramBuffers * kMaxBins;
-       bin += kThreads) {
-    smem.histogram[bin] = 0;
+  const Bits* bits = static_cast<const Bits*>(a.logits) + row * a.logits_stride;
+  for (int bin = static_cast<int>(threadIdx.x); bin < kBins; bin += kThreads) {
+    sm.histogram[bin] = 0;
   }
+  if (threadIdx.x == 0) {
+    sm.s.candidate_count = 0;
+    sm.s.equal_count = 0;
+  }
+  choose_window(bits, length, a.k, sm);
   const std::int64_t share =
       (static_cast<std::int64_t>(length + group_size - 1) / group_size + kSegmentGranule - 1) /
       kSegmentGranule * kSegmentGranule;
-  const std::int64_t length64 = length;
-  const int begin = static_cast<int>(std::min<std::int64_t>(rank * share, length64));
-  const int end = static_cast<int>(std::min<std::int64_t>(begin + share, length64));
-  const Bits* row_bits = static_cast<const Bits*>(a.logits) + row * a.logits_stride;
-  if constexpr (kInShared) {
-    Bits* keys = load_segment(row_bits, begin, end, reinterpret_cast<Bits*>(smem.segment));
-    select_segment<Bits, Group>(a, row, begin, SharedKeys<Bits>{keys, end - begin}, smem);
-  } else {
-    __syncthreads();
-    select_segment<Bits, Group>(a, row, begin, GlobalKeys<Bits>{row_bits + begin, end - begin},
-                                smem);
+  const int begin = static_cast<int>(min(group_rank * share, static_cast<std::int64_t>(length)));
+  const int end = static_cast<int>(min(begin + share, static_cast<std::int64_t>(length)));
+  scan_segment(bits, begin, end, sm);
+  Group::sync();  // every CTA's counts and candidates are complete
+
+  const std::uint32_t low = sm.s.window_low;
+  const int shift = sm.s.window_shift;
+  merge_group_counts<Group>(sm);
+  find_threshold_bin(sm.totals, a.k, sm.s);
+  const int bin = sm.s.found_bin;
+  const int above = sm.s.found_above;
+  const bool gathered = bin >= 0 && sm.s.overflow == 0 &&
+                        above + (bin > 0 ? sm.s.found_count : 0) <= kCandidateCapacity;
+  int candidates = min(sm.s.candidate_count, kCandidateCapacity);
+  if (group_size > 1) {
+    // The candidates at or above the threshold's bin move to the first CTA.
+    if (gathered) {
+      const std::uint64_t floor_key =
+          bin == 0 ? std::uint64_t{low} + 1
+                   : std::uint64_t{low} + 1 + (static_cast<std::uint64_t>(bin - 1) << shift);
+      candidates = compact_candidates(sm, static_cast<Rank>(floor_key) << 32);
+    }
+    Group::sync();  // the first CTA's list is compacted, its `kept` final
+    if (gathered && group_rank != 0) push_candidates<Group>(sm, candidates);
+    Group::sync();  // every push has landed; no CTA reads another's memory
+    if (group_rank != 0) return;
+    candidates = sm.s.kept;
   }
+
+  RankRange r{};
+  if (!gathered) {
+    // The sample misjudged the row: narrow over the whole row until the
+    // candidates fit, then collect them.
+    const RowRanks<Bits> whole_row{bits, length};
+    r = {0, ~Rank{0}, a.k};
+    narrow(whole_row, r, a.k, kCandidateCapacity, sm);
+    candidates = collect_candidates(whole_row, r.low, sm);
+  } else if (bin == 0) {
+    // The k-th largest key is `low`: every candidate wins, then the first
+    // equal keys in position order.
+    const int written = write_candidates(a, row, length, candidates, 0, sm, out);
+    write_equal_positions(a, row, bits, length, low, a.k - written, out + written, sm.s);
+    return;
+  } else {
+    const std::uint64_t bin_low = std::uint64_t{low} + 1 + (static_cast<std::uint64_t>(bin - 1) << shift);
+    const std::uint64_t bin_high =
+        bin == kBins - 1 ? 0xffffffffull
+                         : min(std::uint64_t{low} + (static_cast<std::uint64_t>(bin) << shift),
+                               static_cast<std::uint64_t>(0xffffffffull));
+    r = {static_cast<Rank>(bin_low) << 32, (static_cast<Rank>(bin_high) << 32) | 0xffffffffull,
+         a.k - above};
+  }
+  narrow(CandidateRanks{sm.candidates, candidates}, r, a.k, -1, sm);
+  write_candidates(a, row, length, candidates, r.low, sm, out);
 }
 
 }  // namespace dsa::detail::cuda::topk_impl
