@@ -123,6 +123,16 @@ std::vector<HopperCase> hopper_cases() {
     add("one_long_request", s);
   }
   {
+    WorkloadSpec s = base;  // one worker walks > 4096 pages of a request: queries loaded again
+    s.batch = 1;
+    s.next_n = 2;
+    s.min_prefix = 4300 * 64;
+    s.max_prefix = 4300 * 64;
+    CallShape call;
+    call.workers = 1;
+    add("one_worker_reloads_queries", s, call);
+  }
+  {
     WorkloadSpec s = base;
     s.next_n = 2;
     CallShape call;
