@@ -433,7 +433,7 @@ int gpu_bench(const Options& options, const Target& target, std::FILE* text, Jso
     return 1;
   }
   Json& parameters = document->set("parameters", Json::object());
-  parameters.set("grid", options.grid == GridSize::small ? "small" : options.grid == GridSize::topk ? "topk" : "full");
+  parameters.set("grid", grid_size_name(options.grid));
   parameters.set("heads", options.heads);
   parameters.set("head_dim", kHeadDim);
   parameters.set("k", options.k);

@@ -187,6 +187,15 @@ const char* backend_choice_name(BackendChoice choice) noexcept {
   return "?";
 }
 
+const char* grid_size_name(GridSize size) noexcept {
+  switch (size) {
+    case GridSize::full: return "full";
+    case GridSize::small: return "small";
+    case GridSize::topk: return "topk";
+  }
+  return "?";
+}
+
 ParseResult parse_options(const std::vector<std::string>& args) {
   ParseResult result;
   Options& options = result.options;

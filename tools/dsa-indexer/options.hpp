@@ -20,6 +20,8 @@ const char* backend_choice_name(BackendChoice choice) noexcept;
 
 enum class GridSize { full, small, topk };
 
+const char* grid_size_name(GridSize size) noexcept;
+
 struct Options {
   Command command = Command::run;
   BackendChoice backend = BackendChoice::automatic;

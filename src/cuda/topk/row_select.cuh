@@ -141,6 +141,16 @@ struct BlockCluster {
 __device__ inline int lane_id() { return static_cast<int>(threadIdx.x) & 31; }
 __device__ inline int warp_id() { return static_cast<int>(threadIdx.x) >> 5; }
 
+// Sum of `value` over this lane and the lanes below it.
+__device__ inline int warp_inclusive_sum(int value) {
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const int other = __shfl_up_sync(kFullMask, value, offset);
+    if (lane_id() >= offset) value += other;
+  }
+  return value;
+}
+
 // Appends values[m] for every bit m of `take` to out[*counter ...]; the whole
 // warp calls it together. Values past `capacity` are counted, not stored. The
 // order between warps is not fixed: callers sort or compare by rank.
@@ -149,12 +159,7 @@ __device__ void append(unsigned take, const Rank (&values)[kItems], Rank* out, i
                        int capacity) {
   if (!__any_sync(kFullMask, take != 0)) return;
   const int mine = __popc(take);
-  int inclusive = mine;
-#pragma unroll
-  for (int offset = 1; offset < 32; offset <<= 1) {
-    const int other = __shfl_up_sync(kFullMask, inclusive, offset);
-    if (lane_id() >= offset) inclusive += other;
-  }
+  const int inclusive = warp_inclusive_sum(mine);
   int base = 0;
   if (lane_id() == 31) base = atomicAdd(counter, inclusive);
   int slot = __shfl_sync(kFullMask, base, 31) + inclusive - mine;
@@ -170,12 +175,7 @@ __device__ void append(unsigned take, const Rank (&values)[kItems], Rank* out, i
 // Exclusive prefix sum of one value per thread in thread order; *total gets
 // the sum over the CTA.
 __device__ inline int block_exclusive_sum(int value, int* warp_sums, int* total) {
-  int inclusive = value;
-#pragma unroll
-  for (int offset = 1; offset < 32; offset <<= 1) {
-    const int other = __shfl_up_sync(kFullMask, inclusive, offset);
-    if (lane_id() >= offset) inclusive += other;
-  }
+  const int inclusive = warp_inclusive_sum(value);
   if (lane_id() == 31) warp_sums[warp_id()] = inclusive;
   __syncthreads();
   int before = 0;
