@@ -51,11 +51,13 @@ inline constexpr int kBins = 2048;
 // Candidates one CTA can hold: room for the ~k + 5% of a segment expected
 // above `low` for segments up to ~128K positions.
 inline constexpr int kCandidateCapacity = 6144;
+// Longest row whose winners are put in position order through a bitmap
+// (one bit per position, over the staging area) rather than sorted.
+inline constexpr int kBitmapPositions = kMaxTopk * 64;
 inline constexpr int kVectorItems = 4;  // values per vector load
 inline constexpr int kLoadsAhead = 4;   // loads each thread keeps in flight
 
 using RankSort = cub::BlockRadixSort<Rank, kThreads, kItemsPerThread>;
-using SampleSort = cub::BlockRadixSort<std::uint32_t, kThreads, kItemsPerThread>;
 
 struct TopkArgs {
   const void* logits = nullptr;
@@ -81,6 +83,8 @@ struct RowShared {
   int warp_sums[kWarps];
   std::uint32_t window_low;
   std::uint32_t window_high;
+  std::uint32_t sample_min;
+  std::uint32_t sample_max;
   int window_shift;
   int candidate_count;  // appended by this CTA; may exceed the capacity
   int equal_count;      // keys equal to window_low in this CTA's segment
@@ -95,21 +99,21 @@ struct RowShared {
   Rank range_max;
 };
 
-// Dynamic shared memory of one CTA. The radix sorts' scratch overlays the
-// candidate list: the sample is sorted before any candidate exists and the
-// winners after the candidates have been read. The group's summed counts
-// overlay the staged winners, which come later.
+// Dynamic shared memory of one CTA. The radix sort's scratch overlays the
+// candidate list (the winners are sorted after the candidates have been
+// read). The group's summed counts and the winners' position bitmap overlay
+// the staged winners; each is used at a different time.
 struct SharedStorage {
   int histogram[kBins];
   union {
     Rank staged[kMaxTopk];
     int totals[kBins];
+    std::uint32_t bitmap[kBitmapPositions / 32];
   };
   RowShared s;
   union {
     Rank candidates[kCandidateCapacity];
     typename RankSort::TempStorage sort;
-    typename SampleSort::TempStorage sample_sort;
   };
 };
 
@@ -151,12 +155,12 @@ __device__ inline int warp_inclusive_sum(int value) {
   return value;
 }
 
-// Appends values[m] for every bit m of `take` to out[*counter ...]; the whole
+// Appends value_of(m) for every bit m of `take` to out[*counter ...]; the whole
 // warp calls it together. Values past `capacity` are counted, not stored. The
 // order between warps is not fixed: callers sort or compare by rank.
-template <int kItems>
-__device__ void append(unsigned take, const Rank (&values)[kItems], Rank* out, int* counter,
-                       int capacity) {
+template <int kItems, typename ValueOf>
+__device__ void append_items(unsigned take, ValueOf&& value_of, Rank* out, int* counter,
+                             int capacity) {
   if (!__any_sync(kFullMask, take != 0)) return;
   const int mine = __popc(take);
   const int inclusive = warp_inclusive_sum(mine);
@@ -166,10 +170,15 @@ __device__ void append(unsigned take, const Rank (&values)[kItems], Rank* out, i
 #pragma unroll
   for (int m = 0; m < kItems; ++m) {
     if ((take >> m) & 1u) {
-      if (slot < capacity) out[slot] = values[m];
+      if (slot < capacity) out[slot] = value_of(m);
       ++slot;
     }
   }
+}
+
+// append_items for one value per lane.
+__device__ inline void append(bool take, Rank value, Rank* out, int* counter, int capacity) {
+  append_items<1>(take ? 1u : 0u, [&](int) { return value; }, out, counter, capacity);
 }
 
 // Exclusive prefix sum of one value per thread in thread order; *total gets
@@ -262,38 +271,98 @@ __device__ std::uint32_t load_key(const Bits* bits, int position) {
   return OrderedKey<Bits>::from_bits(__ldg(bits + position));
 }
 
-// Sets the window from a sorted sample of the whole row (identical in every
-// CTA of the group): `low` is the sample's b-th largest key with b a few
-// standard deviations above the expected number of winners in the sample,
-// `high` its (expected / 4)-th largest.
+// Counts the sample keys in [base, base + range) into the histogram by
+// (key - base) >> shift (shift keeps every such key within kBins bins).
+__device__ inline void histogram_of_sample(const std::uint32_t (&keys)[kItemsPerThread],
+                                           std::uint32_t base, std::uint64_t range, int shift,
+                                           SharedStorage& sm) {
+  for (int bin = static_cast<int>(threadIdx.x); bin < kBins; bin += kThreads) {
+    sm.histogram[bin] = 0;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int m = 0; m < kItemsPerThread; ++m) {
+    const std::uint32_t offset = keys[m] - base;
+    if (keys[m] >= base && offset < range) atomicAdd(&sm.histogram[offset >> shift], 1);
+  }
+  __syncthreads();
+}
+
+// Bin holding the target-th largest counted element, and how many lie above it.
+struct FoundBin {
+  int bin;
+  int above;
+};
+__device__ inline FoundBin find_bin(int target, SharedStorage& sm) {
+  find_threshold_bin(sm.histogram, target, sm.s);
+  const FoundBin found{sm.s.found_bin, sm.s.found_above};
+  __syncthreads();  // before the next search resets found_bin
+  return found;
+}
+
+// Sets the window from a sample of the whole row, 4 neighbours at each of
+// kThreads evenly spaced places (identical in every CTA of the group): `low`
+// is (to within 1/2^22 of the sample's range) the sample's b-th largest key,
+// with b a few standard deviations above the number of winners expected in
+// the sample; `high` is at or above its (expected / 4)-th largest. Two
+// histogram levels over the sample's own range find both, so the window
+// adapts to narrow, offset and spread rows alike.
 template <typename Bits>
 __device__ void choose_window(const Bits* bits, int length, int k, SharedStorage& sm) {
-  const std::int64_t start =
-      static_cast<std::int64_t>(threadIdx.x) * length / kThreads;  // 4 neighbours per thread
+  const std::int64_t start = static_cast<std::int64_t>(threadIdx.x) * length / kThreads;
   std::uint32_t keys[kItemsPerThread];
+  std::uint32_t smallest = ~0u;
+  std::uint32_t largest = 0;
 #pragma unroll
   for (int m = 0; m < kItemsPerThread; ++m) {
     const int position = static_cast<int>(min(start + m, static_cast<std::int64_t>(length - 1)));
     keys[m] = load_key(bits, position);
+    smallest = min(smallest, keys[m]);
+    largest = max(largest, keys[m]);
   }
-  SampleSort(sm.sample_sort).Sort(keys);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    smallest = min(smallest, __shfl_xor_sync(kFullMask, smallest, offset));
+    largest = max(largest, __shfl_xor_sync(kFullMask, largest, offset));
+  }
+  __syncthreads();  // sample_min and sample_max are initialized
+  if (lane_id() == 0) {
+    atomicMin(&sm.s.sample_min, smallest);
+    atomicMax(&sm.s.sample_max, largest);
+  }
+  __syncthreads();
+  const std::uint32_t base = sm.s.sample_min;
+  const std::uint32_t span = sm.s.sample_max - base;
+  const int shift = max(0, 32 - __clz(static_cast<int>(span)) - 11);
+  histogram_of_sample(keys, base, std::uint64_t{span} + 1, shift, sm);
+
   const int expected = static_cast<int>(static_cast<std::int64_t>(k) * kSampleSize / length);
   const int top = expected / 4;
   const int bottom =
       min(expected + 4 * static_cast<int>(sqrtf(static_cast<float>(expected))) + 16,
           kSampleSize - 1);
-#pragma unroll
-  for (int m = 0; m < kItemsPerThread; ++m) {
-    const int descending = kSampleSize - 1 - (static_cast<int>(threadIdx.x) * kItemsPerThread + m);
-    if (descending == top) sm.s.window_high = keys[m];
-    if (descending == bottom) sm.s.window_low = keys[m];
-  }
-  __syncthreads();
+  const FoundBin top_bin = find_bin(top + 1, sm);
+  const std::uint64_t high = min(
+      std::uint64_t{base} + ((static_cast<std::uint64_t>(top_bin.bin) + 1) << shift) - 1,
+      std::uint64_t{0xffffffffu});
+  const FoundBin bottom_bin = find_bin(bottom + 1, sm);
+  // Refine `low` within its bin.
+  const std::uint32_t bin_base =
+      base + static_cast<std::uint32_t>(static_cast<std::uint64_t>(bottom_bin.bin) << shift);
+  const int fine_shift = max(0, shift - 11);
+  histogram_of_sample(keys, bin_base, std::uint64_t{1} << shift, fine_shift, sm);
+  const FoundBin fine_bin = find_bin(bottom + 1 - bottom_bin.above, sm);
+  const std::uint32_t low =
+      bin_base + static_cast<std::uint32_t>(static_cast<std::uint64_t>(fine_bin.bin) << fine_shift);
   if (threadIdx.x == 0) {
-    const std::uint32_t width = sm.s.window_high - sm.s.window_low;
-    int shift = 0;
-    while (width > 1 && ((width - 1) >> shift) > static_cast<std::uint32_t>(kBins - 2)) ++shift;
-    sm.s.window_shift = shift;
+    sm.s.window_low = low;
+    sm.s.window_high = static_cast<std::uint32_t>(max(high, std::uint64_t{low}));
+    const std::uint32_t width = sm.s.window_high - low;
+    int window_shift = 0;
+    while (width > 1 && ((width - 1) >> window_shift) > static_cast<std::uint32_t>(kBins - 2)) {
+      ++window_shift;
+    }
+    sm.s.window_shift = window_shift;
   }
   __syncthreads();
 }
@@ -333,26 +402,22 @@ template <typename Bits>
 __device__ void scan_segment(const Bits* row_bits, int begin, int end, SharedStorage& sm) {
   using Vector = VectorOf<Bits>;
   const std::uint32_t low = sm.s.window_low;
-  const int shift = sm.s.window_shift;
   int equal = 0;
   // bits[m] is at position first + m when bit m of `valid` is set.
   const auto consume = [&](const Bits (&bits)[kVectorItems], int first, unsigned valid) {
-    Rank ranks[kVectorItems];
+    std::uint32_t keys[kVectorItems];
     unsigned take = 0;
 #pragma unroll
     for (int m = 0; m < kVectorItems; ++m) {
       const std::uint32_t key = OrderedKey<Bits>::from_bits(bits[m]);
-      ranks[m] = rank_of(key, static_cast<std::uint32_t>(first + m));
-      if ((valid >> m) & 1u) {
-        if (key > low) {
-          atomicAdd(&sm.histogram[window_bin(key, low, shift)], 1);
-          take |= 1u << m;
-        } else if (key == low) {
-          ++equal;
-        }
-      }
+      keys[m] = key;
+      const bool inside = ((valid >> m) & 1u) != 0;
+      take |= (inside && key > low ? 1u : 0u) << m;
+      equal += inside && key == low ? 1 : 0;
     }
-    append(take, ranks, sm.candidates, &sm.s.candidate_count, kCandidateCapacity);
+    append_items<kVectorItems>(
+        take, [&](int m) { return rank_of(keys[m], static_cast<std::uint32_t>(first + m)); },
+        sm.candidates, &sm.s.candidate_count, kCandidateCapacity);
   };
 
   const Bits* source = row_bits + begin;
@@ -405,6 +470,18 @@ __device__ void scan_segment(const Bits* row_bits, int begin, int end, SharedSto
   if (lane_id() == 0 && equal > 0) atomicAdd(&sm.s.equal_count, equal);
 }
 
+// Counts this CTA's candidates per window bin (into a cleared histogram).
+// An overflowed list gives short counts, but then the row takes the slow path.
+__device__ inline void count_candidates(SharedStorage& sm) {
+  __syncthreads();
+  const std::uint32_t low = sm.s.window_low;
+  const int shift = sm.s.window_shift;
+  const int count = min(sm.s.candidate_count, kCandidateCapacity);
+  for (int i = static_cast<int>(threadIdx.x); i < count; i += kThreads) {
+    atomicAdd(&sm.histogram[window_bin(key_of(sm.candidates[i]), low, shift)], 1);
+  }
+}
+
 // Step 3, every CTA alike: the group's bin counts in `totals` (bin 0: keys
 // equal to `low`) and whether any CTA's candidate list overflowed.
 template <typename Group>
@@ -441,10 +518,9 @@ __device__ inline int compact_candidates(SharedStorage& sm, Rank floor) {
   __syncthreads();
   for (int base = 0; base < own; base += kThreads) {
     const int i = base + static_cast<int>(threadIdx.x);
-    const Rank value[1] = {i < own ? sm.candidates[i] : Rank{0}};
+    const Rank value = i < own ? sm.candidates[i] : Rank{0};
     __syncthreads();
-    append(i < own && value[0] >= floor ? 1u : 0u, value, sm.candidates, &sm.s.kept,
-           kCandidateCapacity);
+    append(i < own && value >= floor, value, sm.candidates, &sm.s.kept, kCandidateCapacity);
     __syncthreads();
   }
   return sm.s.kept;
@@ -457,8 +533,8 @@ __device__ void push_candidates(SharedStorage& sm, int count) {
   SharedStorage* first = Group::remote(&sm, 0);
   for (int base = 0; base < count; base += kThreads) {
     const int i = base + static_cast<int>(threadIdx.x);
-    const Rank value[1] = {i < count ? sm.candidates[i] : Rank{0}};
-    append(i < count ? 1u : 0u, value, first->candidates, &first->s.kept, kCandidateCapacity);
+    append(i < count, i < count ? sm.candidates[i] : Rank{0}, first->candidates, &first->s.kept,
+           kCandidateCapacity);
   }
 }
 
@@ -581,11 +657,41 @@ __device__ int collect_candidates(const Source& source, Rank floor, SharedStorag
   if (threadIdx.x == 0) sm.s.kept = 0;
   __syncthreads();
   source.for_each([&](Rank v, bool valid) {
-    const Rank value[1] = {v};
-    append(valid && v >= floor ? 1u : 0u, value, sm.candidates, &sm.s.kept, kCandidateCapacity);
+    append(valid && v >= floor, v, sm.candidates, &sm.s.kept, kCandidateCapacity);
   });
   __syncthreads();
   return sm.s.kept;
+}
+
+// write_candidates for unsorted output of a row of at most kBitmapPositions:
+// the winners' positions are marked in a bitmap that each thread then reads
+// in order over its own run of words.
+__device__ inline int write_in_position_order(const TopkArgs& a, std::int64_t row, int length,
+                                              int candidates, Rank floor, SharedStorage& sm,
+                                              std::int32_t* out) {
+  const int words = (length + 31) / 32;
+  for (int w = static_cast<int>(threadIdx.x); w < words; w += kThreads) sm.bitmap[w] = 0;
+  __syncthreads();
+  for (int i = static_cast<int>(threadIdx.x); i < candidates; i += kThreads) {
+    const Rank v = sm.candidates[i];
+    if (v >= floor) {
+      const std::uint32_t p = position_of(v);
+      atomicOr(&sm.bitmap[p >> 5], 1u << (p & 31u));
+    }
+  }
+  __syncthreads();
+  const int per_thread = (words + kThreads - 1) / kThreads;
+  const int first = static_cast<int>(threadIdx.x) * per_thread;
+  int mine = 0;
+  for (int w = first; w < min(first + per_thread, words); ++w) mine += __popc(sm.bitmap[w]);
+  int total = 0;
+  int slot = block_exclusive_sum(mine, sm.s.warp_sums, &total);
+  for (int w = first; w < min(first + per_thread, words); ++w) {
+    for (std::uint32_t marks = sm.bitmap[w]; marks != 0; marks &= marks - 1) {
+      out[slot++] = output_slot(a, row, w * 32 + __ffs(static_cast<int>(marks)) - 1);
+    }
+  }
+  return total;
 }
 
 // Writes the candidates ranked at or above `floor` (at most k of them) to
@@ -594,13 +700,16 @@ __device__ int collect_candidates(const Source& source, Rank floor, SharedStorag
 __device__ inline int write_candidates(const TopkArgs& a, std::int64_t row, int length,
                                        int candidates, Rank floor, SharedStorage& sm,
                                        std::int32_t* out) {
+  if (!a.sorted && length <= kBitmapPositions) {
+    return write_in_position_order(a, row, length, candidates, floor, sm, out);
+  }
   if (threadIdx.x == 0) sm.s.staged_count = 0;
   __syncthreads();
   CandidateRanks{sm.candidates, candidates}.for_each([&](Rank v, bool valid) {
     // Sorted ascending below: ~rank puts the best first; both forms keep
     // the position in their low 32 bits.
-    const Rank value[1] = {a.sorted ? ~v : static_cast<Rank>(position_of(v))};
-    append(valid && v >= floor ? 1u : 0u, value, sm.staged, &sm.s.staged_count, kMaxTopk);
+    append(valid && v >= floor, a.sorted ? ~v : static_cast<Rank>(position_of(v)), sm.staged,
+           &sm.s.staged_count, kMaxTopk);
   });
   __syncthreads();
   const int count = sm.s.staged_count;
@@ -693,20 +802,23 @@ __device__ void select_row(const TopkArgs& a, std::int64_t row, SharedStorage& s
   }
 
   const Bits* bits = static_cast<const Bits*>(a.logits) + row * a.logits_stride;
-  for (int bin = static_cast<int>(threadIdx.x); bin < kBins; bin += kThreads) {
-    sm.histogram[bin] = 0;
-  }
   if (threadIdx.x == 0) {
     sm.s.candidate_count = 0;
     sm.s.equal_count = 0;
+    sm.s.sample_min = ~0u;
+    sm.s.sample_max = 0;
   }
   choose_window(bits, length, a.k, sm);
+  for (int bin = static_cast<int>(threadIdx.x); bin < kBins; bin += kThreads) {
+    sm.histogram[bin] = 0;
+  }
   const std::int64_t share =
       (static_cast<std::int64_t>(length + group_size - 1) / group_size + kSegmentGranule - 1) /
       kSegmentGranule * kSegmentGranule;
   const int begin = static_cast<int>(min(group_rank * share, static_cast<std::int64_t>(length)));
   const int end = static_cast<int>(min(begin + share, static_cast<std::int64_t>(length)));
   scan_segment(bits, begin, end, sm);
+  count_candidates(sm);
   Group::sync();  // every CTA's counts and candidates are complete
 
   const std::uint32_t low = sm.s.window_low;
