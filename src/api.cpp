@@ -118,9 +118,10 @@ Status run_cuda(const char* op, const ExecContext& ctx, std::size_t required_wor
 }
 
 // `automatic` stages the logits and selects from them on every backend: the
-// CUDA backends have no fused pass yet, and the CPU's fused pass, which scores
-// row by row, measured slower than scoring all rows of a request together and
-// selecting afterwards (36 against 32 ms in the tool's default CPU run).
+// CPU's fused pass, which scores row by row, measured slower than scoring all
+// rows of a request together and selecting afterwards (36 against 32 ms in the
+// tool's default CPU run); the Hopper one is not faster than the pair yet
+// (docs/performance.md).
 bool fused_strategy(IndexTopkStrategy strategy) { return strategy == IndexTopkStrategy::fused; }
 
 Status context_lens_op(const char* op, detail::LengthConvention convention, const TensorView& input,
@@ -288,24 +289,30 @@ Status index_topk(const TensorView& q, const TensorView& key_cache, const Tensor
   DSA_RETURN_IF_ERROR(select_scoring_engine(op, p.logits, ctx, &engine));
   const bool on_cuda = is_cuda_engine(engine);
   const bool fused = fused_strategy(options.strategy);
-  if (fused && on_cuda) {
+  if (fused && engine == Engine::cuda_generic) {
     return {ErrorCode::unsupported,
-            "index_topk: strategy: the fused pass is not available on the CUDA backends yet; "
-            "use automatic or logits_then_topk"};
+            "index_topk: strategy: the fused pass on CUDA runs on the Hopper kernels only (sm_90, "
+            "H in {32, 64}, D == 128); use automatic or logits_then_topk"};
   }
   p.fused = fused;
   if (!on_cuda) return cpu::index_topk(p, engine == Engine::cpu_parallel, ctx);
-  // The CUDA backend lays out its workspace (error record, staged logits, ...) itself.
-  const std::size_t required = cuda::index_topk_workspace_bytes(p.logits.rows(), max_context_len, options.k,
-                                                                fused, p.logits.device.index);
+  // The CUDA backend lays out its workspace (error record, staged logits or
+  // candidate lists, ...) itself.
+  const std::size_t required = cuda::index_topk_workspace_bytes(
+      p.logits.rows(), max_context_len, options.k, fused, p.logits.num_workers,
+      static_cast<int>(rows_per_item(p.logits.path, p.logits.next_n)), p.logits.device.index);
   return run_cuda(op, ctx, required, [&] { return cuda::index_topk(p, engine == Engine::cuda_hopper, ctx); });
 }
 
 std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_context_len,
                                        const IndexTopkOptions& options, const ExecContext& ctx) {
   if (is_cpu_backend(ctx.backend)) return 0;  // the CPU stages logits in its own memory
+  // The fused lists depend on the schedule: sized here for one worker per
+  // multiprocessor and up to kMaxNativeRows draft rows per unit.
+  const int workers = std::max(cuda::multiprocessor_count(0), 1);
+  const int rows_per_unit = static_cast<int>(std::min<std::int64_t>(std::max<std::int64_t>(rows, 1), 8));
   return cuda::index_topk_workspace_bytes(rows, max_context_len, options.k,
-                                          fused_strategy(options.strategy), 0);
+                                          fused_strategy(options.strategy), workers, rows_per_unit, 0);
 }
 
 }  // namespace dsa

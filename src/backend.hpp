@@ -41,8 +41,10 @@ Status index_topk(const IndexTopkProblem& p, bool hopper, const ExecContext& ctx
 // Workspace each operation needs, in bytes (error record included).
 std::size_t workspace_bytes_basic();
 std::size_t topk_workspace_bytes(std::int64_t rows, std::int64_t max_length, int k, int device);
+// fused: candidate lists for a schedule of `workers` workers over units of
+// `rows_per_unit` rows (candidate_lists.hpp); otherwise staged logits.
 std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_context_len, int k,
-                                       bool fused, int device);
+                                       bool fused, int workers, int rows_per_unit, int device);
 
 // True when device `device` can run the Hopper kernels (sm_90 and built with sm_90a).
 bool hopper_available(int device);

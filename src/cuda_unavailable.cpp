@@ -46,7 +46,9 @@ Status index_topk(const IndexTopkProblem&, bool, const ExecContext&) { return no
 
 std::size_t workspace_bytes_basic() { return 0; }
 std::size_t topk_workspace_bytes(std::int64_t, std::int64_t, int, int) { return 0; }
-std::size_t index_topk_workspace_bytes(std::int64_t, std::int64_t, int, bool, int) { return 0; }
+std::size_t index_topk_workspace_bytes(std::int64_t, std::int64_t, int, bool, int, int, int) {
+  return 0;
+}
 
 bool hopper_available(int) { return false; }
 bool hopper_supports_native(int, int, int) { return false; }

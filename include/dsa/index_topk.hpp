@@ -15,7 +15,8 @@ namespace dsa {
 enum class IndexTopkStrategy {
   automatic,         // the faster of the two on the backend; today logits_then_topk everywhere
   fused,             // selection inside the scoring pass, logits never written in full
-                     // (CPU only for now: the CUDA backends return `unsupported`)
+                     // (CPU, and CUDA on the Hopper kernels; the generic CUDA kernels
+                     // return `unsupported`)
   logits_then_topk,  // paged_mqa_logits into staging memory (the workspace on CUDA), then topk
 };
 
@@ -42,6 +43,10 @@ Status index_topk(const TensorView& q, const TensorView& key_cache, const Tensor
                   const TensorView& topk_lens, const TensorView& indices,
                   const IndexTopkOptions& options, const ExecContext& ctx);
 // Workspace for `rows` rows (B * next_n) of up to max_context_len positions.
+// With the fused strategy on CUDA the workspace does not grow with the context:
+// it holds candidate lists, 32 KiB per row plus 32 KiB per (worker, draft
+// row), sized here for schedules of at most one worker per multiprocessor of
+// device 0 (a schedule with more workers needs more; the call says how much).
 std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_context_len,
                                        const IndexTopkOptions& options, const ExecContext& ctx);
 

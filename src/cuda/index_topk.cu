@@ -1,10 +1,16 @@
-// index_topk on CUDA, logits_then_topk strategy: the logits of every row are
-// staged in the workspace, then selected by the top-k kernels.
+// index_topk on CUDA.
 //
-// Workspace: [error record][staged logits][top-k lengths][top-k workspace,
-// which starts with its own error record]. The top-k operation clears and
-// fills its own record; a one-thread kernel then carries its violation into
-// this operation's record unless the scoring already recorded one.
+// logits_then_topk: the logits of every row are staged in the workspace, then
+// selected by the top-k kernels. Workspace: [error record][staged logits]
+// [top-k lengths][top-k workspace, which starts with its own error record].
+// The top-k operation clears and fills its own record; a one-thread kernel
+// then carries its violation into this operation's record unless the scoring
+// already recorded one.
+//
+// fused (Hopper): the selection kernel scores like the logits kernel but
+// leaves candidate lists (candidate_lists.hpp) instead of logits; one CTA per
+// row then selects from its lists. Workspace: [error record][top-k lengths]
+// [list counts][lists]; nothing in it grows with the context length.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -12,9 +18,12 @@
 
 #include "backend.hpp"
 #include "cuda/device_error.cuh"
+#include "cuda/candidate_lists.hpp"
 #include "cuda/generic_kernels.hpp"
+#include "cuda/hopper/logits_sm90.hpp"
 #include "cuda/launch_utils.hpp"
 #include "cuda/scoring_rules.cuh"
+#include "cuda/topk/list_select.cuh"
 
 namespace dsa::detail::cuda {
 
@@ -83,46 +92,56 @@ __global__ void merge_error_kernel(DeviceErrorRecord* record, const DeviceErrorR
   if (record->code == kNoDeviceError && later->code != kNoDeviceError) *record = *later;
 }
 
-}  // namespace
+// Fused workspace: [error record][top-k lengths][list counts][lists].
+struct FusedPlan {
+  std::size_t lengths_offset = 0;
+  std::size_t counts_offset = 0;
+  std::size_t counts_bytes = 0;
+  std::size_t lists_offset = 0;
+  std::size_t total = 0;
+};
 
-std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_context_len, int k,
-                                       bool /*fused*/, int device) {
-  // The CUDA backends run logits_then_topk for every strategy they accept.
-  return plan_workspace(rows, max_context_len, k, device).total;
+FusedPlan plan_fused_workspace(std::int64_t rows, int workers, int rows_per_unit) {
+  const std::int64_t lists = candidate_list_count(rows, rows_per_unit, workers);
+  FusedPlan plan;
+  plan.lengths_offset = kDeviceErrorRecordBytes;
+  plan.counts_offset =
+      plan.lengths_offset + align_workspace(static_cast<std::size_t>(rows) * sizeof(std::int32_t));
+  plan.counts_bytes = static_cast<std::size_t>(lists) * sizeof(std::int32_t);
+  plan.lists_offset = plan.counts_offset + align_workspace(plan.counts_bytes);
+  plan.total = plan.lists_offset + static_cast<std::size_t>(lists) * kListCapacity *
+                                       sizeof(topk_impl::Rank);
+  return plan;
 }
 
-Status index_topk(const IndexTopkProblem& p, bool hopper, const ExecContext& ctx) {
-  DeviceGuard guard;
-  DSA_RETURN_IF_ERROR(guard.enter(p.logits.device.index));
-  const std::int64_t rows = p.logits.rows();
-  // The public API checked the workspace against index_topk_workspace_bytes.
-  const WorkspacePlan plan = plan_workspace(rows, p.logits.max_context_len, p.k, p.logits.device.index);
-  DSA_RETURN_IF_ERROR(clear_device_error(ctx));
-  unsigned char* workspace = static_cast<unsigned char*>(ctx.workspace.data);
-  const cudaStream_t stream = stream_of(ctx);
+__global__ void __launch_bounds__(topk_impl::kThreads, 2)
+    select_listed_kernel(topk_impl::TopkArgs args, CandidateLists lists, const std::int32_t* schedule,
+                         int workers, std::int64_t next_n, bool per_token) {
+  extern __shared__ __align__(16) unsigned char shared_base[];
+  auto& storage = *reinterpret_cast<topk_impl::SharedStorage*>(shared_base);
+  const std::int64_t row = blockIdx.x;
+  const int draft = per_token ? 0 : static_cast<int>(row % next_n);
+  const std::int64_t unit = per_token ? row : row / next_n;
+  const topk_impl::ListedRanks source{lists,
+                                     schedule,
+                                     topk_impl::first_worker_past(schedule, workers, unit, false),
+                                     topk_impl::first_worker_past(schedule, workers, unit, true),
+                                     row,
+                                     unit,
+                                     draft};
+  topk_impl::select_listed_row(args, source, storage);
+}
 
-  // The scoring writes into the staged buffer.
-  LogitsProblem scoring = p.logits;
-  scoring.logits = workspace + plan.logits_offset;
-  scoring.logits_dtype = DType::float32;
-  scoring.logits_stride = plan.logits_stride;
-  scoring.clean_logits = false;
-  auto* lengths = reinterpret_cast<std::int32_t*>(workspace + plan.lengths_offset);
-
-  if (rows > 0) {
-    topk_lengths_kernel<<<grid_for(rows, kLengthThreads), kLengthThreads, 0, stream>>>(
-        scoring, p.topk_lens, p.topk_lens_stride, lengths, error_record(ctx));
-    DSA_CUDA_CHECK_LAUNCH("topk_lengths_kernel");
-  }
-  DSA_RETURN_IF_ERROR(launch_paged_mqa_logits(scoring, hopper, ctx));
-
+// The top-k problem of the selection step: the rows' lengths and the output.
+TopkProblem selection_problem(const IndexTopkProblem& p, const std::int32_t* lengths,
+                              const void* logits, std::int64_t logits_stride) {
   TopkProblem select;
   select.device = p.logits.device;
-  select.rows = rows;
+  select.rows = p.logits.rows();
   select.cols = p.logits.max_context_len;
-  select.logits = scoring.logits;
+  select.logits = logits;
   select.logits_dtype = DType::float32;
-  select.logits_stride = scoring.logits_stride;
+  select.logits_stride = logits_stride;
   select.lengths = lengths;
   select.lengths_stride = 1;
   select.k = p.k;
@@ -135,6 +154,85 @@ Status index_topk(const IndexTopkProblem& p, bool hopper, const ExecContext& ctx
     select.max_blocks = p.logits.max_blocks;
     select.rows_per_request = static_cast<int>(p.logits.next_n);
   }
+  return select;
+}
+
+Status launch_topk_lengths(const IndexTopkProblem& p, std::int32_t* lengths, const ExecContext& ctx) {
+  const std::int64_t rows = p.logits.rows();
+  if (rows == 0) return Status::success();
+  topk_lengths_kernel<<<grid_for(rows, kLengthThreads), kLengthThreads, 0, stream_of(ctx)>>>(
+      p.logits, p.topk_lens, p.topk_lens_stride, lengths, error_record(ctx));
+  DSA_CUDA_CHECK_LAUNCH("topk_lengths_kernel");
+  return Status::success();
+}
+
+int rows_per_unit(const LogitsProblem& p) {
+  return p.path == LogitsPath::per_token ? 1 : static_cast<int>(p.next_n);
+}
+
+Status fused_index_topk(const IndexTopkProblem& p, const ExecContext& ctx) {
+  const std::int64_t rows = p.logits.rows();
+  const FusedPlan plan = plan_fused_workspace(rows, p.logits.num_workers, rows_per_unit(p.logits));
+  unsigned char* workspace = static_cast<unsigned char*>(ctx.workspace.data);
+  const cudaStream_t stream = stream_of(ctx);
+  auto* lengths = reinterpret_cast<std::int32_t*>(workspace + plan.lengths_offset);
+  DSA_RETURN_IF_ERROR(launch_topk_lengths(p, lengths, ctx));
+  if (rows == 0) return Status::success();
+
+  hopper::CandidateSelection selection;
+  selection.lengths = lengths;
+  selection.k = p.k;
+  selection.lists.ranks = reinterpret_cast<topk_impl::Rank*>(workspace + plan.lists_offset);
+  selection.lists.counts = reinterpret_cast<std::int32_t*>(workspace + plan.counts_offset);
+  selection.lists.rows = rows;
+  selection.lists.rows_per_unit = rows_per_unit(p.logits);
+  // A list no worker writes reads as empty.
+  DSA_CUDA_CHECK(cudaMemsetAsync(selection.lists.counts, 0, plan.counts_bytes, stream));
+  DSA_RETURN_IF_ERROR(hopper::paged_mqa_candidates(p.logits, selection, ctx));
+
+  const topk_impl::TopkArgs args =
+      topk_impl::topk_args(selection_problem(p, lengths, nullptr, 0), error_record(ctx));
+  constexpr int kSharedBytes = sizeof(topk_impl::SharedStorage);
+  DSA_CUDA_CHECK(cudaFuncSetAttribute(select_listed_kernel,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
+  select_listed_kernel<<<static_cast<unsigned>(rows), topk_impl::kThreads, kSharedBytes, stream>>>(
+      args, selection.lists, p.logits.schedule, p.logits.num_workers, p.logits.next_n,
+      p.logits.path == LogitsPath::per_token);
+  DSA_CUDA_CHECK_LAUNCH("select_listed_kernel");
+  return Status::success();
+}
+
+}  // namespace
+
+std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_context_len, int k,
+                                       bool fused, int workers, int rows_per_unit, int device) {
+  if (fused) return plan_fused_workspace(rows, workers, rows_per_unit).total;
+  return plan_workspace(rows, max_context_len, k, device).total;
+}
+
+Status index_topk(const IndexTopkProblem& p, bool hopper, const ExecContext& ctx) {
+  DeviceGuard guard;
+  DSA_RETURN_IF_ERROR(guard.enter(p.logits.device.index));
+  DSA_RETURN_IF_ERROR(clear_device_error(ctx));
+  // The public API checked the workspace against index_topk_workspace_bytes
+  // and that the fused strategy runs on the Hopper kernels only.
+  if (p.fused) return fused_index_topk(p, ctx);
+  const std::int64_t rows = p.logits.rows();
+  const WorkspacePlan plan = plan_workspace(rows, p.logits.max_context_len, p.k, p.logits.device.index);
+  unsigned char* workspace = static_cast<unsigned char*>(ctx.workspace.data);
+  const cudaStream_t stream = stream_of(ctx);
+
+  // The scoring writes into the staged buffer.
+  LogitsProblem scoring = p.logits;
+  scoring.logits = workspace + plan.logits_offset;
+  scoring.logits_dtype = DType::float32;
+  scoring.logits_stride = plan.logits_stride;
+  scoring.clean_logits = false;
+  auto* lengths = reinterpret_cast<std::int32_t*>(workspace + plan.lengths_offset);
+  DSA_RETURN_IF_ERROR(launch_topk_lengths(p, lengths, ctx));
+  DSA_RETURN_IF_ERROR(launch_paged_mqa_logits(scoring, hopper, ctx));
+
+  const TopkProblem select = selection_problem(p, lengths, scoring.logits, scoring.logits_stride);
   ExecContext select_ctx = ctx;
   select_ctx.workspace = Workspace{workspace + plan.topk_offset, plan.topk_bytes};
   select_ctx.check_device_errors = false;  // reported through this operation's record

@@ -129,21 +129,7 @@ Status topk(const TopkProblem& p, const ExecContext& ctx) {
   DSA_RETURN_IF_ERROR(guard.enter(p.device.index));
   DSA_RETURN_IF_ERROR(clear_device_error(ctx));
   if (p.rows == 0) return Status::success();
-  TopkArgs args;
-  args.logits = p.logits;
-  args.logits_stride = p.logits_stride;
-  args.cols = p.cols;
-  args.lengths = p.lengths;
-  args.lengths_stride = p.lengths_stride;
-  args.k = p.k;
-  args.indices = p.indices;
-  args.indices_stride = p.indices_stride;
-  args.sorted = p.sorted;
-  args.block_table = p.block_table;
-  args.block_table_stride = p.block_table_stride;
-  args.max_blocks = p.max_blocks;
-  args.rows_per_request = p.rows_per_request;
-  args.error = error_record(ctx);
+  const TopkArgs args = topk_impl::topk_args(p, error_record(ctx));
   return p.logits_dtype == DType::bfloat16
              ? launch_topk<std::uint16_t>(p, args, stream_of(ctx), p.device.index)
              : launch_topk<std::uint32_t>(p, args, stream_of(ctx), p.device.index);

@@ -32,6 +32,24 @@ namespace dsa_test::gpu {
 
 inline constexpr dsa::Device kGpu{dsa::DeviceType::cuda, 0};
 
+// One worker per multiprocessor.
+inline int workers_for(const dsa::ExecContext& ctx) { return dsa::default_num_workers(kGpu, ctx); }
+
+inline std::string backend_tag(dsa::Backend backend) {
+  return backend == dsa::Backend::cuda_generic ? "generic" : "automatic";
+}
+
+inline bool device_is_sm90() {
+  if (dsa::cuda_device_count() == 0) return false;
+  dsa::DeviceInfo info;
+  return dsa::get_device_info(0, &info).ok() && info.compute_major == 9 && info.compute_minor == 0;
+}
+
+#define DSA_REQUIRE_HOPPER()                                                         \
+  do {                                                                               \
+    if (!device_is_sm90()) GTEST_SKIP() << "needs a compute capability 9.0 GPU";     \
+  } while (0)
+
 // A device buffer holding a copy of host bytes (or `bytes` bytes of `fill`).
 inline dsa::DeviceBuffer device_copy(const void* host, std::size_t bytes) {
   dsa::DeviceBuffer buffer;

@@ -22,17 +22,6 @@ using dsa::Backend;
 using dsa::DType;
 using dsa::LogitsPath;
 
-bool device_is_sm90() {
-  if (dsa::cuda_device_count() == 0) return false;
-  dsa::DeviceInfo info;
-  return dsa::get_device_info(0, &info).ok() && info.compute_major == 9 && info.compute_minor == 0;
-}
-
-#define DSA_REQUIRE_HOPPER()                                                         \
-  do {                                                                               \
-    if (!device_is_sm90()) GTEST_SKIP() << "needs a compute capability 9.0 GPU";     \
-  } while (0)
-
 std::size_t element_size(DType dtype) { return dtype == DType::bfloat16 ? 2 : 4; }
 
 // How a case calls paged_mqa_logits.

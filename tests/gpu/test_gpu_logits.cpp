@@ -42,8 +42,6 @@ LogitsRun run_logits(const DeviceWorkload& dw, const dsa::TensorView& schedule, 
   return run;
 }
 
-int workers_for(const dsa::ExecContext& ctx) { return dsa::default_num_workers(kGpu, ctx); }
-
 struct LogitsCase {
   std::string name;
   WorkloadSpec spec;
@@ -214,8 +212,6 @@ TEST_P(GpuLogits, MatchesReferenceAndRepeats) {
   }
 }
 
-std::string backend_tag(Backend backend) { return backend == Backend::cuda_generic ? "generic" : "automatic"; }
-
 INSTANTIATE_TEST_SUITE_P(
     Cases, GpuLogits,
     ::testing::Combine(::testing::Values(Backend::cuda_generic, Backend::automatic), ::testing::ValuesIn(logits_cases())),
@@ -260,101 +256,6 @@ TEST(GpuLogitsPaths, NativeAndPerTokenAgree) {
       }
     }
   }
-}
-
-// ---- index_topk ----------------------------------------------------------------
-
-// index_topk is exactly topk(paged_mqa_logits(...)) with the same options.
-TEST(GpuIndexTopk, EqualsLogitsThenTopk) {
-  DSA_REQUIRE_GPU();
-  for (Backend backend : {Backend::cuda_generic, Backend::automatic}) {
-    for (bool physical : {false, true}) {
-      WorkloadSpec spec;
-      spec.batch = 3;
-      spec.next_n = 3;
-      spec.convention = LengthConvention::expanded;  // top-k lengths then differ from the context lengths
-      spec.min_prefix = 0;
-      spec.max_prefix = 1500;
-      spec.seed = 41 + physical;
-      const Workload w = make_workload(spec);
-      const DeviceWorkload dw(w);
-      const int k = 256;
-      const std::int64_t rows = w.rows();
-      dsa::IndexTopkOptions options;
-      options.k = k;
-      options.sorted = true;
-      options.physical_slots = physical;
-      options.strategy = dsa::IndexTopkStrategy::logits_then_topk;
-      dsa::ExecContext query;
-      query.backend = backend;
-      const std::size_t workspace =
-          std::max(dsa::index_topk_workspace_bytes(rows, w.max_context_len, options, query),
-                   dsa::topk_workspace_bytes(rows, w.max_context_len, k, query));
-      GpuContext gpu(backend, workspace);
-      gpu.ctx.check_device_errors = true;
-      options.path = dsa::resolve_logits_path(dsa::LogitsPath::automatic, w.next_n, w.heads, kGpu, gpu.ctx);
-      const dsa::DeviceBuffer schedule = plan_on_device(dw, workers_for(gpu.ctx), options.path, gpu.ctx);
-
-      // Reference pipeline: logits, then topk over the causal lengths.
-      dsa::LogitsOptions logits_options;
-      logits_options.path = options.path;
-      const dsa::DeviceBuffer logits = device_filled(4 * rows * w.max_context_len, 0xFF);
-      const dsa::TensorView logits_view = device_view(logits, DType::float32, {rows, w.max_context_len});
-      DSA_GPU_ASSERT_OK(dsa::paged_mqa_logits(dw.q_view(), dw.cache_view(), dw.weights_view(), dw.lens_view(),
-                                              dw.block_table_view(), schedule_view(schedule), w.max_context_len,
-                                              logits_view, logits_options, gpu.ctx));
-      dsa::TopkOptions topk_options;
-      topk_options.sorted = true;
-      if (physical) {
-        topk_options.block_table = dw.block_table_view();
-        topk_options.rows_per_request = w.next_n;
-      }
-      const dsa::DeviceBuffer want = device_filled(4 * rows * k, 0xFF);
-      DSA_GPU_ASSERT_OK(dsa::topk(logits_view, dw.causal_view(), k, device_view(want, DType::int32, {rows, k}),
-                                  topk_options, gpu.ctx));
-
-      for (dsa::IndexTopkStrategy strategy : {dsa::IndexTopkStrategy::logits_then_topk, dsa::IndexTopkStrategy::automatic}) {
-        options.strategy = strategy;
-        const dsa::DeviceBuffer got = device_filled(4 * rows * k, 0xFF);
-        DSA_GPU_ASSERT_OK(dsa::index_topk(dw.q_view(), dw.cache_view(), dw.weights_view(), dw.lens_view(),
-                                          dw.block_table_view(), schedule_view(schedule), w.max_context_len,
-                                          dw.causal_view(), device_view(got, DType::int32, {rows, k}), options,
-                                          gpu.ctx));
-        EXPECT_EQ(host_copy<std::int32_t>(got), host_copy<std::int32_t>(want))
-            << backend_tag(backend) << (physical ? " physical slots" : " positions") << " strategy "
-            << static_cast<int>(strategy);
-      }
-    }
-  }
-}
-
-TEST(GpuIndexTopk, TopkLengthBeyondContextIsRecorded) {
-  DSA_REQUIRE_GPU();
-  WorkloadSpec spec;
-  spec.batch = 2;
-  spec.next_n = 2;
-  spec.min_prefix = 100;
-  spec.max_prefix = 200;
-  const Workload w = make_workload(spec);
-  const DeviceWorkload dw(w);
-  std::vector<std::int32_t> topk_lens = w.causal_lens;
-  topk_lens[1] += 5;
-  const dsa::DeviceBuffer topk_lens_device = device_copy(topk_lens);
-  dsa::IndexTopkOptions options;
-  options.k = 64;
-  options.strategy = dsa::IndexTopkStrategy::logits_then_topk;
-  dsa::ExecContext query;
-  query.backend = Backend::cuda_generic;
-  GpuContext gpu(Backend::cuda_generic, dsa::index_topk_workspace_bytes(w.rows(), w.max_context_len, options, query));
-  gpu.ctx.check_device_errors = true;
-  options.path = dsa::LogitsPath::native;
-  const dsa::DeviceBuffer schedule = plan_on_device(dw, 5, options.path, gpu.ctx);
-  const dsa::DeviceBuffer indices = device_filled(4 * w.rows() * 64, 0xFF);
-  const dsa::Status status = dsa::index_topk(
-      dw.q_view(), dw.cache_view(), dw.weights_view(), dw.lens_view(), dw.block_table_view(), schedule_view(schedule),
-      w.max_context_len, device_view(topk_lens_device, DType::int32, {w.rows()}),
-      device_view(indices, DType::int32, {w.rows(), 64}), options, gpu.ctx);
-  EXPECT_EQ(status.code(), dsa::ErrorCode::length_out_of_range) << status.to_string();
 }
 
 // ---- Data-dependent errors --------------------------------------------------

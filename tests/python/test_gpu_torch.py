@@ -232,12 +232,13 @@ def test_topk_and_index_topk(rng):
     sorted_idx = dsa.topk(logits, lens, k, sorted=True)
     torch.testing.assert_close(sorted_idx, expected, rtol=0, atol=0)
     same_selection(dsa.topk(logits, lens, k), expected)
-    for strategy in ("auto", "logits_then_topk"):
+    hopper = torch.cuda.get_device_capability(DEVICE) == (9, 0)
+    for strategy in ("auto", "logits_then_topk") + (("fused",) if hopper else ()):
         fused = dsa.index_topk(*args_of(p), k, sorted=True, strategy=strategy)
         torch.testing.assert_close(fused, sorted_idx, rtol=0, atol=0)
-    # The CUDA backends have no fused pass yet and say so.
+    # The generic CUDA kernels have no fused pass and say so.
     with pytest.raises(NotImplementedError, match="index_topk: strategy"):
-        dsa.index_topk(*args_of(p), k, sorted=True, strategy="fused")
+        dsa.index_topk(*args_of(p), k, sorted=True, strategy="fused", backend="cuda_generic")
     slots = dsa.index_topk(*args_of(p), k, sorted=True, physical_slots=True)
     request = torch.arange(lens.shape[0], device=DEVICE)[:, None] // next_n
     valid = sorted_idx >= 0

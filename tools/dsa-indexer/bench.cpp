@@ -112,6 +112,7 @@ struct PointResult {
   double per_token_s = kNotMeasured;
   double topk_s = kNotMeasured;
   double index_topk_s = kNotMeasured;
+  double fused_s = kNotMeasured;  // index_topk with the fused strategy
   double floor_s = kNotMeasured;       // max(native bytes / bandwidth, FLOPs / fp8 rate)
   double topk_floor_s = kNotMeasured;  // one read of the valid logits
   double path_difference = 0;          // native vs per-token, relative to the row rms
@@ -236,16 +237,23 @@ PointResult measure_point(const Bench& bench, const GridPoint& point, int heads,
       std::isnan(result.native_s) ? dsa::LogitsPath::per_token : dsa::LogitsPath::native;
   const Buffer& fused_schedule = std::isnan(result.native_s) ? per_token_schedule : pipeline.schedule;
   result.index_topk_s = timed_or_note(point_bench, "index_topk", [&](int run) {
-    return pipeline.run_index_topk(fused_path, fused_schedule, pipeline.cache_view_of(caches.at(run)), ctx);
+    return pipeline.run_index_topk(fused_path, fused_schedule, pipeline.cache_view_of(caches.at(run)),
+                                   dsa::IndexTopkStrategy::automatic, ctx);
   }, &result);
-  if (!std::isnan(result.topk_s) && !std::isnan(result.index_topk_s)) {
+  const auto check_against_topk = [&](const char* what) {
     std::vector<std::int32_t> indices(pipeline.indices.bytes() / 4), fused(pipeline.fused_indices.bytes() / 4);
     if (pipeline.indices.download(indices.data(), pipeline.indices.bytes()).ok() &&
         pipeline.fused_indices.download(fused.data(), pipeline.fused_indices.bytes()).ok()) {
       const std::int64_t differing = rows_with_different_sets(fused.data(), indices.data(), k, rows, k);
-      if (differing > 0) result.note(format("index_topk differs from topk in %lld rows", static_cast<long long>(differing)));
+      if (differing > 0) result.note(format("%s differs from topk in %lld rows", what, static_cast<long long>(differing)));
     }
-  }
+  };
+  if (!std::isnan(result.topk_s) && !std::isnan(result.index_topk_s)) check_against_topk("index_topk");
+  result.fused_s = timed_or_note(point_bench, "index_topk fused", [&](int run) {
+    return pipeline.run_index_topk(fused_path, fused_schedule, pipeline.cache_view_of(caches.at(run)),
+                                   dsa::IndexTopkStrategy::fused, ctx);
+  }, &result);
+  if (!std::isnan(result.topk_s) && !std::isnan(result.fused_s)) check_against_topk("fused index_topk");
   if (bench.gpu()) {
     if (const dsa::Status status = dsa::read_device_error(ctx); !status.ok()) {
       result.note("device error: " + status.to_string());
@@ -359,6 +367,8 @@ Json point_json(const PointResult& r) {
   entry.set("topk_floor_us", r.topk_floor_s * 1e6);
   entry.set("topk_fraction_of_floor", r.topk_floor_s / r.topk_s);
   entry.set("index_topk_us", r.index_topk_s * 1e6);
+  entry.set("fused_index_topk_us", r.fused_s * 1e6);
+  entry.set("fused_over_logits", r.fused_s / r.native_s);
   entry.set("path_max_relative_difference", r.path_difference);
   entry.set("rotating_input_sets", r.rotation);
   entry.set("ok", r.problems.empty());
@@ -367,15 +377,17 @@ Json point_json(const PointResult& r) {
 }
 
 void print_grid_table(std::FILE* out, const std::vector<PointResult>& results, bool with_floor) {
-  std::fprintf(out, "%5s %5s %2s | %10s %9s %7s | %12s %7s | %9s %7s | %13s | %s\n", "B", "ctx", "n", "native us",
-               "floor us", "floor/t", "per-token us", "speedup", "topk us", "floor/t", "index_topk us", "check");
+  std::fprintf(out, "%5s %5s %2s | %10s %9s %7s | %12s %7s | %9s %7s | %13s | %9s %7s | %s\n", "B", "ctx", "n",
+               "native us", "floor us", "floor/t", "per-token us", "speedup", "topk us", "floor/t", "index_topk us",
+               "fused us", "/native", "check");
   for (const PointResult& r : results) {
-    std::fprintf(out, "%5lld %5s %2d | %10s %9s %7s | %12s %7s | %9s %7s | %13s | %s\n",
+    std::fprintf(out, "%5lld %5s %2d | %10s %9s %7s | %12s %7s | %9s %7s | %13s | %9s %7s | %s\n",
                  static_cast<long long>(r.point.batch), context_label(r.point.avg_context).c_str(), r.point.next_n,
                  microseconds(r.native_s).c_str(), with_floor ? microseconds(r.floor_s).c_str() : "-",
                  with_floor ? ratio(r.floor_s, r.native_s).c_str() : "-", microseconds(r.per_token_s).c_str(),
                  ratio(r.per_token_s, r.native_s).c_str(), microseconds(r.topk_s).c_str(),
                  with_floor ? ratio(r.topk_floor_s, r.topk_s).c_str() : "-", microseconds(r.index_topk_s).c_str(),
+                 microseconds(r.fused_s).c_str(), ratio(r.fused_s, r.native_s).c_str(),
                  r.problems.empty() ? "ok" : r.problems.c_str());
   }
 }

@@ -131,10 +131,12 @@ dsa::Status Pipeline::run_topk(const dsa::TensorView& logits_in, const dsa::Exec
 }
 
 dsa::Status Pipeline::run_index_topk(dsa::LogitsPath path, const Buffer& schedule_memory,
-                                 const dsa::TensorView& cache_in, const dsa::ExecContext& ctx) const {
+                                     const dsa::TensorView& cache_in, dsa::IndexTopkStrategy strategy,
+                                     const dsa::ExecContext& ctx) const {
   dsa::IndexTopkOptions options;
   options.k = k_;
   options.path = path;
+  options.strategy = strategy;
   return dsa::index_topk(q_fp8_view(), cache_in, weights_view(), context_lens_view(), block_table_view(),
                          schedule_memory.view(dsa::DType::int32, {num_workers_ + 1, 2}), max_context_len_,
                          dsa::TensorView{}, fused_indices.view(dsa::DType::int32, {shape_.rows(), k_}), options,
@@ -142,12 +144,16 @@ dsa::Status Pipeline::run_index_topk(dsa::LogitsPath path, const Buffer& schedul
 }
 
 std::size_t Pipeline::workspace_bytes(const dsa::ExecContext& ctx) const {
-  dsa::IndexTopkOptions options;
-  options.k = k_;
+  dsa::IndexTopkOptions staged;
+  staged.k = k_;
+  staged.strategy = dsa::IndexTopkStrategy::logits_then_topk;
+  dsa::IndexTopkOptions fused = staged;
+  fused.strategy = dsa::IndexTopkStrategy::fused;
   return std::max({dsa::store_index_keys_workspace_bytes(ctx), dsa::quantize_queries_workspace_bytes(ctx),
                    dsa::paged_mqa_logits_workspace_bytes(ctx),
                    dsa::topk_workspace_bytes(shape_.rows(), max_context_len_, k_, ctx),
-                   dsa::index_topk_workspace_bytes(shape_.rows(), max_context_len_, options, ctx)});
+                   dsa::index_topk_workspace_bytes(shape_.rows(), max_context_len_, staged, ctx),
+                   dsa::index_topk_workspace_bytes(shape_.rows(), max_context_len_, fused, ctx)});
 }
 
 }  // namespace dsa_cli

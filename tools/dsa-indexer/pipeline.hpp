@@ -33,7 +33,7 @@ class Pipeline {
   // Top-k of `logits` (logits_view() or a copy of it) into `indices`.
   dsa::Status run_topk(const dsa::TensorView& logits, const dsa::ExecContext& ctx) const;
   dsa::Status run_index_topk(dsa::LogitsPath path, const Buffer& schedule, const dsa::TensorView& cache,
-                         const dsa::ExecContext& ctx) const;
+                             dsa::IndexTopkStrategy strategy, const dsa::ExecContext& ctx) const;
 
   // Largest workspace any of the calls needs under `ctx` (0 on the CPU).
   std::size_t workspace_bytes(const dsa::ExecContext& ctx) const;

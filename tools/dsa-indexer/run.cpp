@@ -37,6 +37,15 @@ constexpr double kGpuTolerance = 1e-2;
 // quantize_queries weights: gate * q_scale * weight_scale, products of floats.
 constexpr double kWeightsTolerance = 1e-6;
 
+const char* index_topk_strategy_name(dsa::IndexTopkStrategy strategy) {
+  switch (strategy) {
+    case dsa::IndexTopkStrategy::automatic: return "automatic";
+    case dsa::IndexTopkStrategy::fused: return "fused";
+    case dsa::IndexTopkStrategy::logits_then_topk: return "logits_then_topk";
+  }
+  return "?";
+}
+
 struct Stage {
   const char* name;
   std::function<dsa::Status(const dsa::ExecContext&)> run;
@@ -207,6 +216,7 @@ dsa::Status execute_run(const Options& options, std::FILE* text, Json* document,
                static_cast<long long>(layout.max_context_len), static_cast<long long>(layout.num_pages),
                dsa::logits_path_name(path), workers);
 
+  dsa::IndexTopkStrategy strategy = dsa::IndexTopkStrategy::fused;
   const std::vector<Stage> stages = {
       {"store_index_keys", [&](const dsa::ExecContext& c) { return pipeline.run_store_keys(c); }},
       {"quantize_queries", [&](const dsa::ExecContext& c) { return pipeline.run_quantize(c); }},
@@ -219,14 +229,23 @@ dsa::Status execute_run(const Options& options, std::FILE* text, Json* document,
       {"topk", [&](const dsa::ExecContext& c) { return pipeline.run_topk(pipeline.logits_view(), c); }},
       {"index_topk",
        [&](const dsa::ExecContext& c) {
-         return pipeline.run_index_topk(path, pipeline.schedule, pipeline.cache_view(), c);
+         dsa::Status status = pipeline.run_index_topk(path, pipeline.schedule, pipeline.cache_view(), strategy, c);
+         if (status.code() == dsa::ErrorCode::unsupported && strategy == dsa::IndexTopkStrategy::fused) {
+           strategy = dsa::IndexTopkStrategy::logits_then_topk;  // no fused pass on this backend
+           status = pipeline.run_index_topk(path, pipeline.schedule, pipeline.cache_view(), strategy, c);
+         }
+         return status;
        }},
   };
 
-  // One pass with device-side errors checked after every stage.
+  // One pass with device-side errors checked after every stage. index_topk
+  // runs fused where the backend has a fused pass (the first call finds out).
   dsa::ExecContext checked = ctx;
   checked.check_device_errors = gpu;
+
   for (const Stage& stage : stages) DSA_RETURN_IF_ERROR(in_stage(stage.name, stage.run(checked)));
+  shape_json.set("index_topk_strategy", index_topk_strategy_name(strategy));
+  std::fprintf(text, "index_topk strategy: %s\n", index_topk_strategy_name(strategy));
   std::vector<float> first_logits;
   std::vector<std::int32_t> first_indices, first_fused;
   DSA_RETURN_IF_ERROR(download(pipeline.logits, &first_logits));

@@ -107,31 +107,31 @@ LogitsKernelParams kernel_params(const LogitsProblem& p, const ExecContext& ctx)
   return k;
 }
 
-template <int kRows, int kHeads>
-Status launch(const LogitsProblem& p, const ExecContext& ctx, const CUtensorMap& key_map,
+template <int kRows, int kHeads, bool kSelect>
+Status launch(const LogitsKernelParams& params, const ExecContext& ctx, const CUtensorMap& key_map,
               const CUtensorMap& query_map) {
-  constexpr int kSharedBytes = SharedLayout<kRows, kHeads>::launch_bytes;
-  auto* kernel = &paged_logits_sm90_kernel<kRows, kHeads, kPassColumns>;
+  constexpr int kSharedBytes = SharedLayout<kRows, kHeads, kSelect>::launch_bytes;
+  auto* kernel = &paged_logits_sm90_kernel<kRows, kHeads, kPassColumns, kSelect>;
   DSA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
-  kernel<<<static_cast<unsigned>(p.num_workers), kThreads, kSharedBytes, stream_of(ctx)>>>(
-      kernel_params(p, ctx), key_map, query_map);
+  kernel<<<static_cast<unsigned>(params.num_workers), kThreads, kSharedBytes, stream_of(ctx)>>>(
+      params, key_map, query_map);
   DSA_CUDA_CHECK_LAUNCH("paged_logits_sm90_kernel");
   return Status::success();
 }
 
-template <int kHeads>
-Status launch_for_rows(int rows, const LogitsProblem& p, const ExecContext& ctx,
+template <int kHeads, bool kSelect>
+Status launch_for_rows(int rows, const LogitsKernelParams& params, const ExecContext& ctx,
                        const CUtensorMap& key_map, const CUtensorMap& query_map) {
   switch (rows) {
-    case 1: return launch<1, kHeads>(p, ctx, key_map, query_map);
-    case 2: return launch<2, kHeads>(p, ctx, key_map, query_map);
-    case 3: return launch<3, kHeads>(p, ctx, key_map, query_map);
-    case 4: return launch<4, kHeads>(p, ctx, key_map, query_map);
-    case 5: return launch<5, kHeads>(p, ctx, key_map, query_map);
-    case 6: return launch<6, kHeads>(p, ctx, key_map, query_map);
-    case 7: return launch<7, kHeads>(p, ctx, key_map, query_map);
-    case 8: return launch<8, kHeads>(p, ctx, key_map, query_map);
+    case 1: return launch<1, kHeads, kSelect>(params, ctx, key_map, query_map);
+    case 2: return launch<2, kHeads, kSelect>(params, ctx, key_map, query_map);
+    case 3: return launch<3, kHeads, kSelect>(params, ctx, key_map, query_map);
+    case 4: return launch<4, kHeads, kSelect>(params, ctx, key_map, query_map);
+    case 5: return launch<5, kHeads, kSelect>(params, ctx, key_map, query_map);
+    case 6: return launch<6, kHeads, kSelect>(params, ctx, key_map, query_map);
+    case 7: return launch<7, kHeads, kSelect>(params, ctx, key_map, query_map);
+    case 8: return launch<8, kHeads, kSelect>(params, ctx, key_map, query_map);
     default: break;
   }
   return {ErrorCode::internal, "paged_mqa_logits: no Hopper kernel for " + std::to_string(rows) +
@@ -147,7 +147,12 @@ bool supports_native(int next_n, int heads, int head_dim) {
          head_dim == kHeadDim;
 }
 
-Status paged_mqa_logits(const LogitsProblem& p, const ExecContext& ctx) {
+namespace {
+
+// Checks, tensor maps and the launch of either kernel family; `selection`
+// (nullptr for logits) makes it the selection kernel.
+Status launch_scoring(const LogitsProblem& p, const CandidateSelection* selection,
+                      const ExecContext& ctx) {
   const bool native = p.path == LogitsPath::native;
   if (!supports_native(native ? static_cast<int>(p.next_n) : 1, static_cast<int>(p.heads),
                        p.head_dim)) {
@@ -169,8 +174,31 @@ Status paged_mqa_logits(const LogitsProblem& p, const ExecContext& ctx) {
   CUtensorMap query_map{};
   DSA_RETURN_IF_ERROR(encode_key_map(encode, p.cache, &key_map));
   DSA_RETURN_IF_ERROR(encode_query_map(encode, p, rows, &query_map));
-  if (p.heads == 32) return launch_for_rows<32>(rows, p, ctx, key_map, query_map);
-  return launch_for_rows<64>(rows, p, ctx, key_map, query_map);
+  LogitsKernelParams params = kernel_params(p, ctx);
+  if (selection == nullptr) {
+    if (p.heads == 32) return launch_for_rows<32, false>(rows, params, ctx, key_map, query_map);
+    return launch_for_rows<64, false>(rows, params, ctx, key_map, query_map);
+  }
+  params.logits = nullptr;
+  params.clean_logits = false;
+  params.select_lengths = selection->lengths;
+  params.select_k = selection->k;
+  // Compacting close to k leaves most of a list free, so compactions are rare.
+  params.keep_limit = selection->k + (kListCapacity - selection->k) / 16;
+  params.lists = selection->lists;
+  if (p.heads == 32) return launch_for_rows<32, true>(rows, params, ctx, key_map, query_map);
+  return launch_for_rows<64, true>(rows, params, ctx, key_map, query_map);
+}
+
+}  // namespace
+
+Status paged_mqa_logits(const LogitsProblem& p, const ExecContext& ctx) {
+  return launch_scoring(p, nullptr, ctx);
+}
+
+Status paged_mqa_candidates(const LogitsProblem& p, const CandidateSelection& selection,
+                            const ExecContext& ctx) {
+  return launch_scoring(p, &selection, ctx);
 }
 
 }  // namespace dsa::detail::cuda::hopper

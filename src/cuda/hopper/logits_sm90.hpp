@@ -4,6 +4,9 @@
 // reads each request's keys once for all of its next_n draft rows.
 #pragma once
 
+#include <cstdint>
+
+#include "cuda/candidate_lists.hpp"
 #include "dsa/context.hpp"
 #include "dsa/status.hpp"
 #include "problem.hpp"
@@ -18,5 +21,18 @@ bool supports_native(int next_n, int heads, int head_dim);
 // p.path says). The per-token path serves any next_n for the heads and head
 // dimension supports_native accepts. The caller has cleared the error record.
 Status paged_mqa_logits(const LogitsProblem& p, const ExecContext& ctx);
+
+// What the selection kernel needs beyond the scoring inputs.
+struct CandidateSelection {
+  const std::int32_t* lengths = nullptr;  // [rows] positions [0, length) of each row compete
+  int k = 0;
+  CandidateLists lists;  // counters cleared by the caller
+};
+
+// The same scoring as paged_mqa_logits (p.logits unused), but instead of the
+// logits each worker leaves, per row it scores, a candidate list holding the
+// top-k of the positions it scored (candidate_lists.hpp).
+Status paged_mqa_candidates(const LogitsProblem& p, const CandidateSelection& selection,
+                            const ExecContext& ctx);
 
 }  // namespace dsa::detail::cuda::hopper

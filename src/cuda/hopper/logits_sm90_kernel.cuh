@@ -18,6 +18,12 @@
 // consumer holds one accumulator set. Accumulator row = token, so the weighted
 // ReLU sum over heads is in-thread plus a reduce-scatter over the 4 threads
 // that share a token row.
+//
+// The selection kernel (kSelect, the fused index_topk) is the same machine
+// with a different end: the consumers leave each page's logits in shared
+// memory and the fill warp, which has nothing to fill, becomes the selection
+// warp (candidate_select.cuh) that turns them into candidate lists; a stage
+// returns to the producers once the selection warp has read it too.
 #pragma once
 
 #include <cuda.h>
@@ -25,7 +31,9 @@
 #include <cstdint>
 
 #include "cache_format.hpp"
+#include "cuda/candidate_lists.hpp"
 #include "cuda/device_error.cuh"
+#include "cuda/hopper/candidate_select.cuh"
 #include "cuda/hopper/ptx.cuh"
 #include "number_formats.hpp"
 #include "problem.hpp"
@@ -88,11 +96,18 @@ struct LogitsKernelParams {
   std::int64_t logits_stride = 0;
   bool clean_logits = false;
   DeviceErrorRecord* error = nullptr;
+  // Selection kernels only (candidate_select.cuh): per-row selection
+  // lengths, k, the list size a compaction aims for, and the lists.
+  const std::int32_t* select_lengths = nullptr;
+  int select_k = 0;
+  int keep_limit = 0;
+  CandidateLists lists;
 };
 
 // What the producer tells the consumer about one stage.
 enum StageKind : std::int32_t { kStagePage = 0, kStageMissingPage = 1, kStageEnd = 2 };
 struct StageInfo {
+  std::int64_t first_row;       // logits row of the unit's draft row 0
   std::int32_t first_position;  // key position of the page's row 0
   std::int32_t generation;      // which query load the page is scored against
   std::int32_t kind;
@@ -109,14 +124,19 @@ struct QueryInfo {
   std::int32_t lengths[kRows];
 };
 
-template <int kRows, int kHeads>
+// kSelect: the selection kernel, whose consumers leave each page's logits
+// ([kRows][64] floats per stage) to the selection warp, which hands the
+// stage back.
+template <int kRows, int kHeads, bool kSelect>
 struct SharedLayout {
   static constexpr int kQueryBytes = kRows * kHeads * kHeadDim;
+  static constexpr int kPageLogitsBytes = kSelect ? kRows * kPageTokens * 4 : 0;
   static constexpr int kFixedBytes = 1024 /* alignment slack */ + 2 * kQueryBytes +
                                      2 * static_cast<int>(sizeof(QueryInfo<kRows, kHeads>)) +
-                                     4 * 8 /* query barriers */;
-  static constexpr int kStageBytes =
-      kPageKeyBytes + kPageScaleBytes + static_cast<int>(sizeof(StageInfo)) + 2 * 8;
+                                     4 * 8 /* query barriers */ + 2 * 8 /* issued generation, padding */ +
+                                     (kSelect ? kSelectBins * 4 : 0);
+  static constexpr int kStageBytes = kPageKeyBytes + kPageScaleBytes + kPageLogitsBytes +
+                                     static_cast<int>(sizeof(StageInfo)) + (kSelect ? 3 : 2) * 8;
   static constexpr int kStagesThatFit = (kMaxSharedBytes - kFixedBytes) / kStageBytes;
   // A multiple of the consumer count, so each consumer warpgroup always meets
   // the same stage slots.
@@ -127,12 +147,16 @@ struct SharedLayout {
   static constexpr int keys = 0;
   static constexpr int queries = keys + kStages * kPageKeyBytes;
   static constexpr int scales = queries + 2 * kQueryBytes;
-  static constexpr int query_info = scales + kStages * kPageScaleBytes;
+  static constexpr int page_logits = scales + kStages * kPageScaleBytes;
+  static constexpr int query_info = page_logits + kStages * kPageLogitsBytes;
   static constexpr int stage_info = query_info + 2 * static_cast<int>(sizeof(QueryInfo<kRows, kHeads>));
   static constexpr int barriers = (stage_info + kStages * static_cast<int>(sizeof(StageInfo)) + 7) / 8 * 8;
+  // page full, page empty, query full, query empty, and with kSelect logits ready
+  static constexpr int kBarriers = 2 * kStages + 4 + (kSelect ? kStages : 0);
   // The last query load issued (see produce).
-  static constexpr int issued_generation = barriers + (2 * kStages + 4) * 8;
-  static constexpr int bytes = issued_generation + 8;
+  static constexpr int issued_generation = barriers + kBarriers * 8;
+  static constexpr int select_histogram = issued_generation + 8;
+  static constexpr int bytes = select_histogram + (kSelect ? kSelectBins * 4 : 0);
   static constexpr int launch_bytes = bytes + 1024;
   static_assert(launch_bytes <= kMaxSharedBytes, "shared memory layout too large");
 };
@@ -203,17 +227,17 @@ __device__ __forceinline__ bool unscored_value(const LogitsKernelParams& p, std:
 // generation it has issued; another producer pushes no page of a generation
 // before that, so a consumer never waits on a query slot whose previous load
 // has not been issued.
-template <int kRows, int kHeads>
+template <int kRows, int kHeads, bool kSelect>
 __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUtensorMap* key_map,
                                         const CUtensorMap* query_map, unsigned char* smem,
                                         int producer) {
-  using Layout = SharedLayout<kRows, kHeads>;
+  using Layout = SharedLayout<kRows, kHeads, kSelect>;
   constexpr int kStages = Layout::kStages;
   constexpr int kWeightsPerLane = (kRows * kHeads + 31) / 32;
   auto* info = reinterpret_cast<QueryInfo<kRows, kHeads>*>(smem + Layout::query_info);
   auto* stage_info = reinterpret_cast<StageInfo*>(smem + Layout::stage_info);
   auto* barriers = reinterpret_cast<std::uint64_t*>(smem + Layout::barriers);
-  auto* issued_generation = reinterpret_cast<volatile std::int32_t*>(smem + Layout::issued_generation);
+  auto* issued_generation = reinterpret_cast<std::int32_t*>(smem + Layout::issued_generation);
   std::uint64_t* page_full = barriers;
   std::uint64_t* page_empty = barriers + kStages;
   std::uint64_t* query_full = barriers + 2 * kStages;
@@ -241,7 +265,8 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
     const int slot = stage_sequence % kStages;
     ptx::mbarrier_wait(&page_empty[slot], ((stage_sequence / kStages) & 1) ^ 1);
     if (leader) {
-      stage_info[slot] = StageInfo{first_position, generation, kind};
+      stage_info[slot] =
+          StageInfo{rows.request * p.next_n + rows.first_draft, first_position, generation, kind};
       if (kind == kStagePage) {
         ptx::mbarrier_arrive_expect_tx(&page_full[slot], kPageKeyBytes + kPageScaleBytes);
         ptx::tensor_copy_3d(smem + Layout::keys + slot * kPageKeyBytes, key_map, 0, 0, page,
@@ -296,7 +321,7 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
       ptx::mbarrier_arrive(&query_full[slot]);  // releases this lane's weight and length stores
     }
     __syncwarp();
-    if (leader) *issued_generation = generation;
+    if (leader) ptx::store_release_cta(issued_generation, generation);
   };
 
   for_each_item(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, units, p.lens, p.next_n,
@@ -332,7 +357,7 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
                   }
                   if (chunk_ordinal++ % kProducerWarps == producer) {
                     if (!loads_queries) {
-                      while (*issued_generation < generation) {
+                      while (ptx::load_acquire_cta(issued_generation) < generation) {
                       }
                     }
                     for (int k = 0; k < pages; ++k) {
@@ -399,8 +424,8 @@ __device__ __forceinline__ void check_schedule(const LogitsKernelParams& p) {
 
 // Columns of each unit's rows that no page covers: [pages * 64, max_context_len)
 // gets -inf with clean_logits; a row whose length breaks a rule is reported
-// and gets NaN everywhere.
-template <int kRows>
+// and gets NaN everywhere. Without kStores (no logits output) it only reports.
+template <int kRows, bool kStores>
 __device__ __forceinline__ void fill_uncovered(const LogitsKernelParams& p) {
   const int thread = static_cast<int>(threadIdx.x) - 32 * kProducerWarps;
   if (thread == 0) check_schedule(p);
@@ -419,7 +444,7 @@ __device__ __forceinline__ void fill_uncovered(const LogitsKernelParams& p) {
                                                                           : 0;
         report_device_error(p.error, violation, row, length, limit);
       }
-      if (violation == kNoDeviceError && !p.clean_logits) continue;
+      if (!kStores || (violation == kNoDeviceError && !p.clean_logits)) continue;
       const float value = violation == kNoDeviceError ? -__int_as_float(0x7f800000)
                                                       : __int_as_float(0x7fc00000);
       const std::int64_t first = violation == kNoDeviceError ? covered_pages_end : 0;
@@ -509,6 +534,7 @@ struct PageContext {
   std::int64_t first_position;
   float scale_upper, scale_lower;  // of this thread's two token rows
   int warp, lane;                  // in the warpgroup
+  float* page_logits;              // selection kernel: [kRows][64] for the selection warp
 };
 
 // The passes of a page: pass i scores draft rows [first_row(i), first_row(i) +
@@ -544,7 +570,7 @@ __device__ __forceinline__ void issue_pass(const PageContext& page, float (&acc)
 
 // Turns one finished pass into logits: weighted ReLU sums, quad
 // reduce-scatter, scale, and the stores (-inf past a row's length).
-template <int kHeads, int kFirstRow, int kRowsInPass>
+template <int kHeads, int kFirstRow, int kRowsInPass, bool kSelect>
 __device__ __forceinline__ void finish_pass(const LogitsKernelParams& p, const PageContext& page,
                                             const float (&acc)[kRowsInPass * kHeads / 2]) {
   constexpr int kValues = 2 * kRowsInPass;
@@ -573,6 +599,11 @@ __device__ __forceinline__ void finish_pass(const LogitsKernelParams& p, const P
 #pragma unroll
   for (int i = 0; i < kSums; ++i) {
     const int j = kFirstRow + (kValues >= 4 ? half * kSums + i : 0);
+    if constexpr (kSelect) {
+      // The selection warp applies the lengths.
+      page.page_logits[j * kPageTokens + (position - page.first_position)] = scale * sums[i];
+      continue;
+    }
     const std::int32_t length = page.lengths[j];
     if (length < 0) continue;
     float value = scale * sums[i];
@@ -584,7 +615,7 @@ __device__ __forceinline__ void finish_pass(const LogitsKernelParams& p, const P
 
 // Scores the passes of a page one after another; release() runs once the
 // last product has read the page.
-template <int kRows, int kHeads, int kPassColumns, int kFirstRow, typename Release>
+template <int kRows, int kHeads, int kPassColumns, bool kSelect, int kFirstRow, typename Release>
 __device__ __forceinline__ void score_passes(const LogitsKernelParams& p, const PageContext& page,
                                              Release&& release) {
   using This = Pass<kRows, kHeads, kPassColumns, kFirstRow>;
@@ -594,16 +625,16 @@ __device__ __forceinline__ void score_passes(const LogitsKernelParams& p, const 
 #pragma unroll
   for (int i = 0; i < This::kColumns / 2; ++i) ptx::fence_operand(acc[i]);
   if constexpr (This::kLast) release();
-  finish_pass<kHeads, kFirstRow, This::kRowsInPass>(p, page, acc);
+  finish_pass<kHeads, kFirstRow, This::kRowsInPass, kSelect>(p, page, acc);
   if constexpr (!This::kLast) {
-    score_passes<kRows, kHeads, kPassColumns, This::kNextRow>(p, page, release);
+    score_passes<kRows, kHeads, kPassColumns, kSelect, This::kNextRow>(p, page, release);
   }
 }
 
-template <int kRows, int kHeads, int kPassColumns>
+template <int kRows, int kHeads, int kPassColumns, bool kSelect>
 __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned char* smem,
                                        int consumer) {
-  using Layout = SharedLayout<kRows, kHeads>;
+  using Layout = SharedLayout<kRows, kHeads, kSelect>;
   constexpr int kStages = Layout::kStages;
   auto* info = reinterpret_cast<QueryInfo<kRows, kHeads>*>(smem + Layout::query_info);
   auto* stage_info = reinterpret_cast<const StageInfo*>(smem + Layout::stage_info);
@@ -612,6 +643,7 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
   std::uint64_t* page_empty = barriers + kStages;
   std::uint64_t* query_full = barriers + 2 * kStages;
   std::uint64_t* query_empty = barriers + 2 * kStages + 2;
+  std::uint64_t* logits_ready = barriers + 2 * kStages + 4;
 
   const int thread = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
   const int warp = thread / 32;
@@ -621,7 +653,13 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
     const int slot = sequence % kStages;
     ptx::mbarrier_wait(&page_full[slot], (sequence / kStages) & 1);
     const StageInfo stage = stage_info[slot];
-    if (stage.kind == kStageEnd) break;
+    float* page_logits = kSelect ? reinterpret_cast<float*>(smem + Layout::page_logits +
+                                                            slot * Layout::kPageLogitsBytes)
+                                 : nullptr;
+    if (stage.kind == kStageEnd) {
+      if constexpr (kSelect) ptx::mbarrier_arrive(&logits_ready[slot]);  // ends the selection warp
+      break;
+    }
     const int query_slot = stage.generation & 1;
     if (stage.generation != generation) {
       generation = stage.generation;
@@ -645,7 +683,13 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
       page.scale_lower = scales[16 * warp + lane / 4 + 8];
       page.warp = warp;
       page.lane = lane;
-      score_passes<kRows, kHeads, kPassColumns, 0>(p, page, release_page);
+      page.page_logits = page_logits;
+      score_passes<kRows, kHeads, kPassColumns, kSelect, 0>(p, page, release_page);
+    } else if constexpr (kSelect) {
+      release_page();
+      for (int index = thread; index < kRows * kPageTokens; index += kWarpgroupThreads) {
+        page_logits[index] = __int_as_float(0x7fc00000);  // a refused page scores NaN
+      }
     } else {
       release_page();
       for (int index = thread; index < kRows * kPageTokens; index += kWarpgroupThreads) {
@@ -657,20 +701,58 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
         }
       }
     }
+    if constexpr (kSelect) ptx::mbarrier_arrive(&logits_ready[slot]);
     // This thread is done with the page's use of the queries (products waited
     // for, weights and lengths read).
     ptx::mbarrier_arrive(&query_empty[query_slot]);
   }
 }
 
+// ---- selection warp (selection kernel) -------------------------------------------
+
+// Takes every page's logits from the consumers in sequence order, offers them
+// to the unit's candidate lists (candidate_select.cuh) and hands the stage
+// back to the producers.
+template <int kRows, int kHeads>
+__device__ __forceinline__ void select_pages(const LogitsKernelParams& p, unsigned char* smem) {
+  using Layout = SharedLayout<kRows, kHeads, true>;
+  constexpr int kStages = Layout::kStages;
+  auto* stage_info = reinterpret_cast<const StageInfo*>(smem + Layout::stage_info);
+  auto* barriers = reinterpret_cast<std::uint64_t*>(smem + Layout::barriers);
+  std::uint64_t* page_empty = barriers + kStages;
+  std::uint64_t* logits_ready = barriers + 2 * kStages + 4;
+  auto* histogram = reinterpret_cast<int*>(smem + Layout::select_histogram);
+  UnitLists<kRows> unit;
+  for (int sequence = 0;; ++sequence) {
+    const int slot = sequence % kStages;
+    ptx::mbarrier_wait(&logits_ready[slot], (sequence / kStages) & 1);
+    const StageInfo stage = stage_info[slot];
+    if (stage.kind == kStageEnd) break;
+    if (stage.first_row != unit.first_row) {
+      close_lists(p.lists, unit);
+      // The first page a worker scores of a unit is the unit's first page
+      // unless the worker's range starts inside the unit.
+      open_lists(p.lists, p.select_lengths, p.select_k, stage.first_row, stage.first_position != 0,
+                 unit);
+    }
+    offer_page(reinterpret_cast<const float*>(smem + Layout::page_logits +
+                                              slot * Layout::kPageLogitsBytes),
+               stage.first_position, p.select_k, p.keep_limit, histogram, unit);
+    ptx::mbarrier_arrive(&page_empty[slot]);
+  }
+  close_lists(p.lists, unit);
+}
+
 // ---- the kernel ----------------------------------------------------------------
 
-template <int kRows, int kHeads, int kPassColumns>
+// kSelect: the selection kernel of the fused index_topk, which writes
+// candidate lists (p.lists) instead of logits.
+template <int kRows, int kHeads, int kPassColumns, bool kSelect>
 __global__ void __launch_bounds__(kThreads, 1)
     paged_logits_sm90_kernel(const LogitsKernelParams p, const __grid_constant__ CUtensorMap key_map,
                              const __grid_constant__ CUtensorMap query_map) {
 #if DSA_SM90A_ENABLED
-  using Layout = SharedLayout<kRows, kHeads>;
+  using Layout = SharedLayout<kRows, kHeads, kSelect>;
   constexpr int kStages = Layout::kStages;
   extern __shared__ unsigned char shared_raw[];
   // Swizzled tensor copies and wgmma descriptors need 1024-byte alignment.
@@ -679,8 +761,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto* barriers = reinterpret_cast<std::uint64_t*>(smem + Layout::barriers);
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      ptx::mbarrier_init(&barriers[s], 1);                              // page full
-      ptx::mbarrier_init(&barriers[kStages + s], kWarpgroupThreads);  // page empty
+      ptx::mbarrier_init(&barriers[s], 1);  // page full
+      // page empty: the consumer, and with kSelect the selection warp
+      ptx::mbarrier_init(&barriers[kStages + s], kWarpgroupThreads + (kSelect ? 32 : 0));
+      if (kSelect) ptx::mbarrier_init(&barriers[2 * kStages + 4 + s], kWarpgroupThreads);  // logits ready
     }
     *reinterpret_cast<std::int32_t*>(smem + Layout::issued_generation) = -1;
     for (int s = 0; s < 2; ++s) {
@@ -692,18 +776,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   const int warpgroup = static_cast<int>(threadIdx.x) / kWarpgroupThreads;
+  // The selection warp keeps its lists' state in registers: the selection
+  // kernel leaves every warp the even share.
   if (warpgroup == 0) {
-    ptx::lower_register_limit<kProducerRegisters>();
+    if constexpr (!kSelect) ptx::lower_register_limit<kProducerRegisters>();
     if (threadIdx.x < 32 * kProducerWarps) {
       ptx::prefetch_tensor_map(&key_map);
       ptx::prefetch_tensor_map(&query_map);
-      produce<kRows, kHeads>(p, &key_map, &query_map, smem, static_cast<int>(threadIdx.x) / 32);
+      produce<kRows, kHeads, kSelect>(p, &key_map, &query_map, smem,
+                                      static_cast<int>(threadIdx.x) / 32);
     } else {
-      fill_uncovered<kRows>(p);
+      fill_uncovered<kRows, !kSelect>(p);
+      if constexpr (kSelect) select_pages<kRows, kHeads>(p, smem);
     }
   } else {
-    ptx::raise_register_limit<kConsumerRegisters>();
-    consume<kRows, kHeads, kPassColumns>(p, smem, warpgroup - 1);
+    if constexpr (!kSelect) ptx::raise_register_limit<kConsumerRegisters>();
+    consume<kRows, kHeads, kPassColumns, kSelect>(p, smem, warpgroup - 1);
   }
 #else
   (void)p;

@@ -174,6 +174,23 @@ __device__ __forceinline__ void lower_register_limit() {
 #endif
 }
 
+// A flag in shared memory published by one warp and polled by others: the
+// release orders the publisher's earlier work (barrier arrivals included)
+// before the flag; the acquire orders the reader's later work after it.
+__device__ __forceinline__ void store_release_cta(std::int32_t* flag, std::int32_t value) {
+  asm volatile("st.release.cta.shared::cta.b32 [%0], %1;" ::"r"(smem_address(flag)), "r"(value)
+               : "memory");
+}
+
+__device__ __forceinline__ std::int32_t load_acquire_cta(const std::int32_t* flag) {
+  std::int32_t value;
+  asm volatile("ld.acquire.cta.shared::cta.b32 %0, [%1];"
+               : "=r"(value)
+               : "r"(smem_address(flag))
+               : "memory");
+  return value;
+}
+
 // True in exactly one lane of the (fully active) warp.
 __device__ __forceinline__ bool elect_one() {
 #if DSA_SM90A_ENABLED

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "hostdevice.hpp"
 
@@ -38,6 +39,16 @@ struct OrderedKey<std::uint16_t> {
     return ((b & 0x8000u) ? (~b & 0xffffu) : (b | 0x8000u)) << 16;
   }
 };
+
+// The float32 whose key is `key`, for keys of -inf and above (NaN keys to -inf).
+DSA_HD float float_of_key(std::uint32_t key) {
+  constexpr std::uint32_t kMinusInfinity = 0x007fffffu;  // OrderedKey of -inf
+  if (key < kMinusInfinity) key = kMinusInfinity;
+  const std::uint32_t bits = (key & 0x80000000u) ? (key & 0x7fffffffu) : ~key;
+  float value;
+  memcpy(&value, &bits, sizeof value);
+  return value;
+}
 
 DSA_HD Rank rank_of(std::uint32_t key, std::uint32_t position) {
   return (static_cast<Rank>(key) << 32) | (0xffffffffu - position);

@@ -33,8 +33,10 @@
 #include <cub/block/block_radix_sort.cuh>
 
 #include "cuda/topk/ordered_key.cuh"
+#include "cuda/warp_scan.cuh"
 #include "device_error.hpp"
 #include "dsa/topk.hpp"
+#include "problem.hpp"
 
 namespace dsa::detail::cuda::topk_impl {
 
@@ -76,6 +78,25 @@ struct TopkArgs {
   DeviceErrorRecord* error = nullptr;
   int group_size = 1;  // CTAs per row
 };
+
+inline TopkArgs topk_args(const TopkProblem& p, DeviceErrorRecord* error) {
+  TopkArgs args;
+  args.logits = p.logits;
+  args.logits_stride = p.logits_stride;
+  args.cols = p.cols;
+  args.lengths = p.lengths;
+  args.lengths_stride = p.lengths_stride;
+  args.k = p.k;
+  args.indices = p.indices;
+  args.indices_stride = p.indices_stride;
+  args.sorted = p.sorted;
+  args.block_table = p.block_table;
+  args.block_table_stride = p.block_table_stride;
+  args.max_blocks = p.max_blocks;
+  args.rows_per_request = p.rows_per_request;
+  args.error = error;
+  return args;
+}
 
 // Per-CTA scalars; candidate_count and equal_count are read by the group's
 // first CTA.
@@ -144,16 +165,6 @@ struct BlockCluster {
 
 __device__ inline int lane_id() { return static_cast<int>(threadIdx.x) & 31; }
 __device__ inline int warp_id() { return static_cast<int>(threadIdx.x) >> 5; }
-
-// Sum of `value` over this lane and the lanes below it.
-__device__ inline int warp_inclusive_sum(int value) {
-#pragma unroll
-  for (int offset = 1; offset < 32; offset <<= 1) {
-    const int other = __shfl_up_sync(kFullMask, value, offset);
-    if (lane_id() >= offset) value += other;
-  }
-  return value;
-}
 
 // Appends value_of(m) for every bit m of `take` to out[*counter ...]; the whole
 // warp calls it together. Values past `capacity` are counted, not stored. The

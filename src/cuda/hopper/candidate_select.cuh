@@ -1,0 +1,264 @@
+// The selection warp of the fused sm_90a kernel (index_topk without the
+// logits matrix; see candidate_lists.hpp).
+//
+// The consumers leave each page's logits in shared memory instead of storing
+// them; this warp reads them in page order and appends, per draft row, every
+// position whose rank (topk/ordered_key.cuh) is at least the row's floor to
+// the row's list in global memory. The floor starts at the lowest rank; when
+// a list is nearly full the warp narrows the ranks it holds to a new floor
+// that still leaves at least k of them above it and drops the rest. So a list
+// always holds the top-k of the positions this worker scored for the row,
+// whatever the order they came in, and the floor only rises.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/candidate_lists.hpp"
+#include "cuda/topk/ordered_key.cuh"
+#include "cuda/warp_scan.cuh"
+
+namespace dsa::detail::cuda::hopper {
+
+using topk_impl::Rank;
+
+inline constexpr int kSelectBins = 256;
+// Ranks each lane loads before using any of them (latency of L2 hits).
+inline constexpr int kSelectLoadsAhead = 16;
+
+__device__ __forceinline__ Rank warp_max(Rank value) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    value = max(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  }
+  return value;
+}
+
+__device__ __forceinline__ Rank warp_min(Rank value) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    value = min(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  }
+  return value;
+}
+
+// A row's list while the worker scores its unit.
+struct OpenList {
+  Rank* ranks = nullptr;  // nullptr: the row needs no list
+  int count = 0;
+  Rank floor = 0;
+  float floor_value = -INFINITY;  // the float of the floor's key
+};
+
+// The list's ranks base + 32 u + lane, u < kSelectLoadsAhead (0 past its end),
+// all loads issued before any is used.
+__device__ __forceinline__ void load_batch(const OpenList& list, int base,
+                                           Rank (&batch)[kSelectLoadsAhead]) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+#pragma unroll
+  for (int u = 0; u < kSelectLoadsAhead; ++u) {
+    const int i = base + 32 * u + lane;
+    batch[u] = i < list.count ? list.ranks[i] : Rank{0};
+  }
+}
+
+// The smallest and largest rank of the list (warp-wide).
+__device__ inline void list_extremes(const OpenList& list, Rank* lowest, Rank* highest) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  Rank low = ~Rank{0};
+  Rank high = 0;
+  for (int base = 0; base < list.count; base += 32 * kSelectLoadsAhead) {
+    Rank batch[kSelectLoadsAhead];
+    load_batch(list, base, batch);
+#pragma unroll
+    for (int u = 0; u < kSelectLoadsAhead; ++u) {
+      if (base + 32 * u + lane < list.count) {
+        low = min(low, batch[u]);
+        high = max(high, batch[u]);
+      }
+    }
+  }
+  *lowest = warp_min(low);
+  *highest = warp_max(high);
+}
+
+// The smallest rank `floor` such that at least k and at most keep_limit of
+// the list's ranks are >= floor (exactly k when no coarser bound fits); all
+// ranks lie in [lo, hi]. The whole warp calls it.
+__device__ inline Rank narrow_floor(const OpenList& list, Rank lo, Rank hi, int k, int keep_limit,
+                                    int* histogram) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  int needed = k;  // winners among the ranks in [lo, hi]
+  int above = 0;   // ranks above hi
+  for (;;) {
+    const int shift = max(0, 64 - __clzll(static_cast<long long>(hi - lo)) - 8);
+    for (int bin = lane; bin < kSelectBins; bin += 32) histogram[bin] = 0;
+    __syncwarp();
+    for (int base = 0; base < list.count; base += 32 * kSelectLoadsAhead) {
+      Rank batch[kSelectLoadsAhead];
+      load_batch(list, base, batch);
+#pragma unroll
+      for (int u = 0; u < kSelectLoadsAhead; ++u) {
+        const bool inside = base + 32 * u + lane < list.count && batch[u] >= lo && batch[u] <= hi;
+        const int bin = inside ? static_cast<int>((batch[u] - lo) >> shift) : -1;
+        // One atomic per distinct bin: values of a row often share a few bins.
+        const unsigned peers = __match_any_sync(0xffffffffu, bin);
+        if (inside && lane == __ffs(static_cast<int>(peers)) - 1) {
+          atomicAdd(&histogram[bin], __popc(peers));
+        }
+      }
+    }
+    __syncwarp();
+    // Lane l holds bins 255 - 8 l down to 248 - 8 l: lanes in order scan from the top.
+    constexpr int kBinsPerLane = kSelectBins / 32;
+    int counts[kBinsPerLane];
+    int sum = 0;
+#pragma unroll
+    for (int m = 0; m < kBinsPerLane; ++m) {
+      counts[m] = histogram[kSelectBins - 1 - kBinsPerLane * lane - m];
+      sum += counts[m];
+    }
+    const int inclusive = warp_inclusive_sum(sum);
+    const int before = inclusive - sum;
+    const unsigned holder = __ballot_sync(0xffffffffu, before < needed && needed <= inclusive);
+    const int source = __ffs(static_cast<int>(holder)) - 1;
+    int bin = 0;
+    int bin_above = 0;
+    int bin_count = 0;
+    if (lane == source) {
+      int running = before;
+#pragma unroll
+      for (int m = 0; m < kBinsPerLane; ++m) {
+        if (bin_count == 0 && running + counts[m] >= needed) {
+          bin = kSelectBins - 1 - kBinsPerLane * lane - m;
+          bin_above = running;
+          bin_count = counts[m];
+        }
+        running += counts[m];
+      }
+    }
+    bin = __shfl_sync(0xffffffffu, bin, source);
+    bin_above = __shfl_sync(0xffffffffu, bin_above, source);
+    bin_count = __shfl_sync(0xffffffffu, bin_count, source);
+    __syncwarp();  // the histogram is read before the next round clears it
+    above += bin_above;
+    needed -= bin_above;
+    lo += static_cast<Rank>(bin) << shift;
+    hi = min(hi, lo + ((Rank{1} << shift) - 1));
+    if (above + bin_count <= keep_limit || shift == 0) return lo;
+  }
+}
+
+// Keeps the ranks >= floor at the front of the list (in place).
+__device__ inline void drop_below(OpenList& list, Rank floor) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  int kept = 0;
+  for (int base = 0; base < list.count; base += 32 * kSelectLoadsAhead) {
+    Rank batch[kSelectLoadsAhead];
+    load_batch(list, base, batch);
+    // Every lane has read the batch before any lane writes into it.
+    __syncwarp();
+#pragma unroll
+    for (int u = 0; u < kSelectLoadsAhead; ++u) {
+      const bool keep = base + 32 * u + lane < list.count && batch[u] >= floor;
+      const unsigned keeping = __ballot_sync(0xffffffffu, keep);
+      if (keep) list.ranks[kept + __popc(keeping & ((1u << lane) - 1u))] = batch[u];
+      kept += __popc(keeping);
+    }
+    __syncwarp();
+  }
+  list.count = kept;
+  list.floor = floor;
+  list.floor_value = topk_impl::float_of_key(topk_impl::key_of(floor));
+}
+
+// Appends the valid positions of 32 consecutive ones (one per lane) whose
+// rank reaches the list's floor. Most values are decided on the float alone:
+// one above the floor's value wins, one below loses; only a value with the
+// floor's key (equal, or NaN at a floor of -inf) compares positions.
+__device__ __forceinline__ void offer(OpenList& list, float value, std::int64_t position,
+                                      bool valid) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const bool same_key = value == list.floor_value ||
+                        (isnan(value) && list.floor_value == -INFINITY);
+  const Rank rank = topk_impl::rank_of(
+      topk_impl::OrderedKey<std::uint32_t>::from_bits(__float_as_uint(value)),
+      static_cast<std::uint32_t>(position));
+  const bool take = valid && (value > list.floor_value || (same_key && rank >= list.floor));
+  const unsigned taking = __ballot_sync(0xffffffffu, take);
+  if (taking == 0) return;
+  if (take) {
+    list.ranks[list.count + __popc(taking & ((1u << lane) - 1u))] = rank;
+  }
+  list.count += __popc(taking);
+}
+
+// The selection warp's view of one unit's rows.
+template <int kRows>
+struct UnitLists {
+  OpenList rows[kRows];
+  std::int32_t limit[kRows];  // positions [0, limit) compete; 0 when the row needs no list
+  std::int64_t first_row = -1;
+  bool starts_inside = false;  // which lists (candidate_lists.hpp)
+};
+
+// Publishes the lists of the unit being left.
+template <int kRows>
+__device__ void close_lists(const CandidateLists& lists, const UnitLists<kRows>& unit) {
+  if ((threadIdx.x & 31) != 0) return;
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    if (unit.rows[j].ranks != nullptr) {
+      lists.counts[candidate_list_index(lists, unit.first_row, j, unit.starts_inside,
+                                        static_cast<int>(blockIdx.x))] = unit.rows[j].count;
+    }
+  }
+}
+
+// Opens the lists of the unit whose first logits row is first_row (see
+// candidate_lists.hpp for which ones); a row whose selection length is at
+// most k gets none (every position wins).
+template <int kRows>
+__device__ void open_lists(const CandidateLists& lists, const std::int32_t* select_lengths, int k,
+                           std::int64_t first_row, bool starts_inside, UnitLists<kRows>& unit) {
+  unit.first_row = first_row;
+  unit.starts_inside = starts_inside;
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    const std::int32_t length = select_lengths[first_row + j];
+    unit.limit[j] = length > k ? length : 0;
+    unit.rows[j] = OpenList{};
+    if (unit.limit[j] == 0) continue;
+    unit.rows[j].ranks =
+        lists.ranks + candidate_list_index(lists, first_row, j, starts_inside,
+                                           static_cast<int>(blockIdx.x)) * kListCapacity;
+  }
+}
+
+// Offers one page's logits ([kRows][64] in shared memory, key positions
+// first_position ...) to the unit's lists, compacting a list that could not
+// take another page.
+template <int kRows>
+__device__ void offer_page(const float* page_logits, std::int64_t first_position, int k,
+                           int keep_limit, int* histogram, UnitLists<kRows>& unit) {
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    OpenList& list = unit.rows[j];
+    if (first_position >= unit.limit[j]) continue;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const std::int64_t position = first_position + 32 * half + lane;
+      offer(list, page_logits[j * 64 + 32 * half + lane], position, position < unit.limit[j]);
+    }
+    if (list.count > kListCapacity - 64) {
+      __syncwarp();  // the appended ranks are visible to every lane
+      Rank lo = 0;
+      Rank hi = 0;
+      list_extremes(list, &lo, &hi);
+      drop_below(list, narrow_floor(list, lo, hi, k, keep_limit, histogram));
+    }
+  }
+}
+
+}  // namespace dsa::detail::cuda::hopper

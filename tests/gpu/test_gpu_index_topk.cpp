@@ -1,0 +1,278 @@
+// index_topk on the CUDA backends: both strategies give exactly what
+// paged_mqa_logits followed by topk gives (compared bitwise, sorted and in
+// position order), including rows split over many workers, workers that
+// walk several requests, long rows whose candidate lists are compacted many
+// times, ties, and rows no longer than k.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_test_support.hpp"
+
+namespace dsa_test::gpu {
+namespace {
+
+using dsa::Backend;
+using dsa::DType;
+using dsa::LogitsPath;
+
+// Workspace for every strategy and for the reference topk.
+std::size_t workspace_for(std::int64_t rows, std::int64_t max_context_len, dsa::IndexTopkOptions options,
+                          const dsa::ExecContext& query) {
+  std::size_t bytes = dsa::topk_workspace_bytes(rows, max_context_len, options.k, query);
+  for (dsa::IndexTopkStrategy strategy : {dsa::IndexTopkStrategy::logits_then_topk, dsa::IndexTopkStrategy::fused}) {
+    options.strategy = strategy;
+    bytes = std::max(bytes, dsa::index_topk_workspace_bytes(rows, max_context_len, options, query));
+  }
+  return bytes;
+}
+
+// The reference pipeline's first step: paged_mqa_logits with the same
+// schedule and path, [rows, max_context_len].
+dsa::DeviceBuffer reference_logits(const DeviceWorkload& dw, const dsa::DeviceBuffer& schedule, LogitsPath path,
+                                   const dsa::ExecContext& ctx) {
+  const Workload& w = *dw.host;
+  dsa::LogitsOptions options;
+  options.path = path;
+  dsa::DeviceBuffer logits = device_filled(4 * w.rows() * w.max_context_len, 0xFF);
+  const dsa::Status status = dsa::paged_mqa_logits(
+      dw.q_view(), dw.cache_view(), dw.weights_view(), dw.lens_view(), dw.block_table_view(), schedule_view(schedule),
+      w.max_context_len, device_view(logits, DType::float32, {w.rows(), w.max_context_len}), options, ctx);
+  EXPECT_TRUE(status.ok()) << status.to_string();
+  return logits;
+}
+
+// Its second step: topk over the causal lengths with index_topk's options.
+std::vector<std::int32_t> reference_indices(const DeviceWorkload& dw, const dsa::DeviceBuffer& logits, int k,
+                                            bool sorted, bool physical, const dsa::ExecContext& ctx) {
+  const Workload& w = *dw.host;
+  dsa::TopkOptions options;
+  options.sorted = sorted;
+  if (physical) {
+    options.block_table = dw.block_table_view();
+    options.rows_per_request = w.next_n;
+  }
+  const dsa::DeviceBuffer want = device_filled(4 * w.rows() * k, 0xFF);
+  const dsa::Status status =
+      dsa::topk(device_view(logits, DType::float32, {w.rows(), w.max_context_len}), dw.causal_view(), k,
+                device_view(want, DType::int32, {w.rows(), k}), options, ctx);
+  EXPECT_TRUE(status.ok()) << status.to_string();
+  return host_copy<std::int32_t>(want);
+}
+
+// index_topk is exactly topk(paged_mqa_logits(...)) with the same options.
+TEST(GpuIndexTopk, EqualsLogitsThenTopk) {
+  DSA_REQUIRE_GPU();
+  for (Backend backend : {Backend::cuda_generic, Backend::automatic}) {
+    for (bool physical : {false, true}) {
+      WorkloadSpec spec;
+      spec.batch = 3;
+      spec.next_n = 3;
+      spec.convention = LengthConvention::expanded;  // top-k lengths then differ from the context lengths
+      spec.min_prefix = 0;
+      spec.max_prefix = 1500;
+      spec.seed = 41 + physical;
+      const Workload w = make_workload(spec);
+      const DeviceWorkload dw(w);
+      const int k = 256;
+      const std::int64_t rows = w.rows();
+      dsa::IndexTopkOptions options;
+      options.k = k;
+      options.sorted = true;
+      options.physical_slots = physical;
+      options.strategy = dsa::IndexTopkStrategy::logits_then_topk;
+      dsa::ExecContext query;
+      query.backend = backend;
+      const std::size_t workspace = workspace_for(rows, w.max_context_len, options, query);
+      GpuContext gpu(backend, workspace);
+      gpu.ctx.check_device_errors = true;
+      options.path = dsa::resolve_logits_path(dsa::LogitsPath::automatic, w.next_n, w.heads, kGpu, gpu.ctx);
+      const dsa::DeviceBuffer schedule = plan_on_device(dw, workers_for(gpu.ctx), options.path, gpu.ctx);
+
+      const dsa::DeviceBuffer logits = reference_logits(dw, schedule, options.path, gpu.ctx);
+      const std::vector<std::int32_t> expected = reference_indices(dw, logits, k, true, physical, gpu.ctx);
+
+      for (dsa::IndexTopkStrategy strategy : {dsa::IndexTopkStrategy::logits_then_topk, dsa::IndexTopkStrategy::automatic,
+                                              dsa::IndexTopkStrategy::fused}) {
+        options.strategy = strategy;
+        const dsa::DeviceBuffer got = device_filled(4 * rows * k, 0xFF);
+        const dsa::Status status = dsa::index_topk(dw.q_view(), dw.cache_view(), dw.weights_view(), dw.lens_view(),
+                                                   dw.block_table_view(), schedule_view(schedule), w.max_context_len,
+                                                   dw.causal_view(), device_view(got, DType::int32, {rows, k}),
+                                                   options, gpu.ctx);
+        // The fused strategy needs the Hopper kernels.
+        if (strategy == dsa::IndexTopkStrategy::fused && (backend == Backend::cuda_generic || !device_is_sm90())) {
+          EXPECT_EQ(status.code(), dsa::ErrorCode::unsupported) << status.to_string();
+          continue;
+        }
+        DSA_GPU_ASSERT_OK(status);
+        EXPECT_EQ(host_copy<std::int32_t>(got), expected)
+            << backend_tag(backend) << (physical ? " physical slots" : " positions") << " strategy "
+            << static_cast<int>(strategy);
+      }
+    }
+  }
+}
+
+TEST(GpuIndexTopk, TopkLengthBeyondContextIsRecorded) {
+  DSA_REQUIRE_GPU();
+  WorkloadSpec spec;
+  spec.batch = 2;
+  spec.next_n = 2;
+  spec.min_prefix = 100;
+  spec.max_prefix = 200;
+  const Workload w = make_workload(spec);
+  const DeviceWorkload dw(w);
+  std::vector<std::int32_t> topk_lens = w.causal_lens;
+  topk_lens[1] += 5;
+  const dsa::DeviceBuffer topk_lens_device = device_copy(topk_lens);
+  dsa::IndexTopkOptions options;
+  options.k = 64;
+  options.strategy = dsa::IndexTopkStrategy::logits_then_topk;
+  dsa::ExecContext query;
+  query.backend = Backend::cuda_generic;
+  GpuContext gpu(Backend::cuda_generic, dsa::index_topk_workspace_bytes(w.rows(), w.max_context_len, options, query));
+  gpu.ctx.check_device_errors = true;
+  options.path = dsa::LogitsPath::native;
+  const dsa::DeviceBuffer schedule = plan_on_device(dw, 5, options.path, gpu.ctx);
+  const dsa::DeviceBuffer indices = device_filled(4 * w.rows() * 64, 0xFF);
+  const dsa::Status status = dsa::index_topk(
+      dw.q_view(), dw.cache_view(), dw.weights_view(), dw.lens_view(), dw.block_table_view(), schedule_view(schedule),
+      w.max_context_len, device_view(topk_lens_device, DType::int32, {w.rows()}),
+      device_view(indices, DType::int32, {w.rows(), 64}), options, gpu.ctx);
+  EXPECT_EQ(status.code(), dsa::ErrorCode::length_out_of_range) << status.to_string();
+}
+
+
+struct FusedCase {
+  std::string name;
+  WorkloadSpec spec;
+  int k = dsa::kMaxTopk;
+  int workers = 0;  // 0: one per multiprocessor
+  LogitsPath path = LogitsPath::native;
+  bool zero_weights = false;  // every logit 0: the winners are the first positions
+};
+
+void PrintTo(const FusedCase& c, std::ostream* out) { *out << c.name; }
+
+std::vector<FusedCase> fused_cases() {
+  std::vector<FusedCase> cases;
+  auto add = [&](std::string name, std::int64_t batch, int next_n, std::vector<std::int32_t> prefixes) {
+    FusedCase c;
+    c.name = std::move(name);
+    c.spec.batch = batch;
+    c.spec.next_n = next_n;
+    c.spec.prefix_lens = std::move(prefixes);
+    c.spec.seed = 1000 + cases.size();
+    cases.push_back(c);
+    return &cases.back();
+  };
+  add("n4_long_three_workers", 3, 4, {30000, 9000, 41000})->workers = 3;
+  add("n4_long_every_worker", 3, 4, {30000, 9000, 41000});
+  add("n1_long", 2, 1, {60000, 5000});
+  add("n2_per_token", 2, 2, {20000, 30000})->path = LogitsPath::per_token;
+  {
+    FusedCase* c = add("n8_h32", 2, 8, {12000, 25000});
+    c->spec.heads = 32;
+    c->workers = 16;
+  }
+  {
+    FusedCase* c = add("ties_n2", 2, 2, {15000, 9000});
+    c->zero_weights = true;
+    c->workers = 5;
+  }
+  {
+    FusedCase* c = add("small_k_n3", 3, 3, {8000, 100, 20000});
+    c->k = 17;
+    c->workers = 11;
+  }
+  add("rows_about_k_n2", 3, 2, {500, 2100, 0})->workers = 2;
+  // Every row spread over many workers, each a page or two: short enough for
+  // the sanitizers.
+  add("short_every_worker_n2", 4, 2, {3000, 1500, 2500, 4000});
+  {
+    // Long rows mostly scored by one worker each (many compactions per list).
+    FusedCase* c = add("n3_many_long_requests", 24, 3, {});
+    c->spec.min_prefix = 40000;
+    c->spec.max_prefix = 80000;
+  }
+  {
+    FusedCase* c = add("n4_many_requests", 160, 4, {});
+    c->spec.min_prefix = 5000;
+    c->spec.max_prefix = 12000;
+  }
+  return cases;
+}
+
+class GpuFusedIndexTopk : public ::testing::TestWithParam<FusedCase> {};
+
+TEST_P(GpuFusedIndexTopk, EqualsLogitsThenTopk) {
+  DSA_REQUIRE_HOPPER();
+  const FusedCase& c = GetParam();
+  Workload w = make_workload(c.spec);
+  if (c.zero_weights) std::fill(w.weights.begin(), w.weights.end(), 0.0f);
+  const DeviceWorkload dw(w);
+  const std::int64_t rows = w.rows();
+  const int k = c.k;
+  dsa::ExecContext query;
+  dsa::IndexTopkOptions options;
+  options.k = k;
+  options.path = c.path;
+  GpuContext gpu(Backend::automatic, workspace_for(rows, w.max_context_len, options, query));
+  gpu.ctx.check_device_errors = true;
+  const int workers = c.workers > 0 ? c.workers : workers_for(gpu.ctx);
+  const dsa::DeviceBuffer schedule = plan_on_device(dw, workers, c.path, gpu.ctx);
+
+  const dsa::DeviceBuffer logits = reference_logits(dw, schedule, c.path, gpu.ctx);
+  for (bool sorted : {true, false}) {
+    for (bool physical : {false, true}) {
+      const std::vector<std::int32_t> expected = reference_indices(dw, logits, k, sorted, physical, gpu.ctx);
+      options.sorted = sorted;
+      options.physical_slots = physical;
+      options.strategy = dsa::IndexTopkStrategy::fused;
+      for (int repeat = 0; repeat < 2; ++repeat) {
+        const dsa::DeviceBuffer got = device_filled(4 * rows * k, 0xFF);
+        DSA_GPU_ASSERT_OK(dsa::index_topk(dw.q_view(), dw.cache_view(), dw.weights_view(), dw.lens_view(),
+                                          dw.block_table_view(), schedule_view(schedule), w.max_context_len,
+                                          dw.causal_view(), device_view(got, DType::int32, {rows, k}), options,
+                                          gpu.ctx));
+        EXPECT_EQ(host_copy<std::int32_t>(got), expected)
+            << c.name << (sorted ? " sorted" : " position order") << (physical ? " physical slots" : "")
+            << " run " << repeat;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, GpuFusedIndexTopk, ::testing::ValuesIn(fused_cases()),
+                         [](const ::testing::TestParamInfo<FusedCase>& info) { return info.param.name; });
+
+// A schedule with more workers than the workspace query planned for needs a
+// larger workspace, and the call says so rather than overrun it.
+TEST(GpuIndexTopk, FusedWorkspaceFollowsTheSchedule) {
+  DSA_REQUIRE_HOPPER();
+  WorkloadSpec spec;
+  spec.batch = 2;
+  spec.next_n = 2;
+  spec.prefix_lens = {3000, 4000};
+  const Workload w = make_workload(spec);
+  const DeviceWorkload dw(w);
+  dsa::IndexTopkOptions options;
+  options.strategy = dsa::IndexTopkStrategy::fused;
+  options.path = LogitsPath::native;
+  dsa::ExecContext query;
+  GpuContext gpu(Backend::automatic, dsa::index_topk_workspace_bytes(w.rows(), w.max_context_len, options, query));
+  const dsa::DeviceBuffer schedule = plan_on_device(dw, 4 * workers_for(gpu.ctx), options.path, gpu.ctx);
+  const dsa::DeviceBuffer indices = device_filled(4 * w.rows() * options.k, 0xFF);
+  const dsa::Status status = dsa::index_topk(
+      dw.q_view(), dw.cache_view(), dw.weights_view(), dw.lens_view(), dw.block_table_view(), schedule_view(schedule),
+      w.max_context_len, dw.causal_view(), device_view(indices, DType::int32, {w.rows(), options.k}), options, gpu.ctx);
+  EXPECT_EQ(status.code(), dsa::ErrorCode::workspace_too_small) << status.to_string();
+}
+
+}  // namespace
+}  // namespace dsa_test::gpu
