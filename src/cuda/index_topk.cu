@@ -120,6 +120,13 @@ __global__ void __launch_bounds__(topk_impl::kThreads, 2)
   extern __shared__ __align__(16) unsigned char shared_base[];
   auto& storage = *reinterpret_cast<topk_impl::SharedStorage*>(shared_base);
   const std::int64_t row = blockIdx.x;
+  if (!topk_impl::schedule_is_monotone(schedule, workers)) {
+    // The result is void (the error is recorded); leave no stale indices.
+    for (int i = static_cast<int>(threadIdx.x); i < args.k; i += topk_impl::kThreads) {
+      args.indices[row * args.indices_stride + i] = -1;
+    }
+    return;
+  }
   const int draft = per_token ? 0 : static_cast<int>(row % next_n);
   const std::int64_t unit = per_token ? row : row / next_n;
   const topk_impl::ListedRanks source{lists,

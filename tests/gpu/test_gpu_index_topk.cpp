@@ -1,8 +1,8 @@
 // index_topk on the CUDA backends: both strategies give exactly what
-// paged_mqa_logits followed by topk gives (compared bitwise, sorted and in
-// position order), including rows split over many workers, workers that
-// walk several requests, long rows whose candidate lists are compacted many
-// times, ties, and rows no longer than k.
+// paged_mqa_logits followed by topk gives (bitwise with sorted output, as
+// sets per row otherwise), including rows split over many workers, workers
+// that walk several requests, long rows whose candidate lists are compacted
+// many times, ties, logits that overflow, and rows no longer than k.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -155,7 +155,17 @@ struct FusedCase {
   int workers = 0;  // 0: one per multiprocessor
   LogitsPath path = LogitsPath::native;
   bool zero_weights = false;  // every logit 0: the winners are the first positions
+  float weight_scale = 1.0f;  // large: logits overflow
 };
+
+// Each row's k entries in increasing order: unsorted output is a set.
+std::vector<std::int32_t> sorted_rows(std::vector<std::int32_t> indices, int k) {
+  for (std::size_t row = 0; row + static_cast<std::size_t>(k) <= indices.size(); row += static_cast<std::size_t>(k)) {
+    std::sort(indices.begin() + static_cast<std::ptrdiff_t>(row),
+              indices.begin() + static_cast<std::ptrdiff_t>(row) + k);
+  }
+  return indices;
+}
 
 void PrintTo(const FusedCase& c, std::ostream* out) { *out << c.name; }
 
@@ -195,6 +205,13 @@ std::vector<FusedCase> fused_cases() {
   // the sanitizers.
   add("short_every_worker_n2", 4, 2, {3000, 1500, 2500, 4000});
   {
+    // Logits at and past the float range (+inf, and NaN where +inf and -inf
+    // meet): compactions among the top ranks.
+    FusedCase* c = add("overflowing_logits_n1", 1, 1, {20000});
+    c->weight_scale = 1e37f;
+    c->workers = 2;
+  }
+  {
     // Long rows mostly scored by one worker each (many compactions per list).
     FusedCase* c = add("n3_many_long_requests", 24, 3, {});
     c->spec.min_prefix = 40000;
@@ -215,6 +232,7 @@ TEST_P(GpuFusedIndexTopk, EqualsLogitsThenTopk) {
   const FusedCase& c = GetParam();
   Workload w = make_workload(c.spec);
   if (c.zero_weights) std::fill(w.weights.begin(), w.weights.end(), 0.0f);
+  for (float& weight : w.weights) weight *= c.weight_scale;
   const DeviceWorkload dw(w);
   const std::int64_t rows = w.rows();
   const int k = c.k;
@@ -240,8 +258,9 @@ TEST_P(GpuFusedIndexTopk, EqualsLogitsThenTopk) {
                                           dw.block_table_view(), schedule_view(schedule), w.max_context_len,
                                           dw.causal_view(), device_view(got, DType::int32, {rows, k}), options,
                                           gpu.ctx));
-        EXPECT_EQ(host_copy<std::int32_t>(got), expected)
-            << c.name << (sorted ? " sorted" : " position order") << (physical ? " physical slots" : "")
+        const std::vector<std::int32_t> indices = host_copy<std::int32_t>(got);
+        EXPECT_EQ(sorted ? indices : sorted_rows(indices, k), sorted ? expected : sorted_rows(expected, k))
+            << c.name << (sorted ? " sorted" : " unsorted") << (physical ? " physical slots" : "")
             << " run " << repeat;
       }
     }
@@ -250,6 +269,32 @@ TEST_P(GpuFusedIndexTopk, EqualsLogitsThenTopk) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, GpuFusedIndexTopk, ::testing::ValuesIn(fused_cases()),
                          [](const ::testing::TestParamInfo<FusedCase>& info) { return info.param.name; });
+
+// Worker ranges that overlap (a schedule out of order) are reported, and the
+// selection neither hangs nor reads past its lists on the positions listed twice.
+TEST(GpuIndexTopk, FusedReportsOverlappingSchedule) {
+  DSA_REQUIRE_HOPPER();
+  WorkloadSpec spec;
+  spec.batch = 1;
+  spec.next_n = 1;
+  spec.prefix_lens = {12000};
+  const Workload w = make_workload(spec);
+  const DeviceWorkload dw(w);
+  dsa::IndexTopkOptions options;
+  options.strategy = dsa::IndexTopkStrategy::fused;
+  options.path = LogitsPath::native;
+  dsa::ExecContext query;
+  GpuContext gpu(Backend::automatic, dsa::index_topk_workspace_bytes(w.rows(), w.max_context_len, options, query));
+  gpu.ctx.check_device_errors = true;
+  // Workers start at chunks 0, 20 and 10 of the one request: 10..19 twice.
+  const dsa::DeviceBuffer schedule = device_copy(std::vector<std::int32_t>{0, 0, 0, 20, 0, 10, 1, 256});
+  const dsa::DeviceBuffer indices = device_filled(4 * w.rows() * options.k, 0xFF);
+  const dsa::Status status = dsa::index_topk(
+      dw.q_view(), dw.cache_view(), dw.weights_view(), dw.lens_view(), dw.block_table_view(),
+      device_view(schedule, DType::int32, {4, 2}), w.max_context_len, dw.causal_view(),
+      device_view(indices, DType::int32, {w.rows(), options.k}), options, gpu.ctx);
+  EXPECT_EQ(status.code(), dsa::ErrorCode::schedule_mismatch) << status.to_string();
+}
 
 // A schedule with more workers than the workspace query planned for needs a
 // larger workspace, and the call says so rather than overrun it.

@@ -144,7 +144,9 @@ __device__ inline Rank narrow_floor(const OpenList& list, Rank lo, Rank hi, int 
     above += bin_above;
     needed -= bin_above;
     lo += static_cast<Rank>(bin) << shift;
-    hi = min(hi, lo + ((Rank{1} << shift) - 1));
+    // lo + width may pass 2^64 near the top ranks (+inf): compare the gap instead.
+    const Rank width = (Rank{1} << shift) - 1;
+    if (hi - lo > width) hi = lo + width;
     if (above + bin_count <= keep_limit || shift == 0) return lo;
   }
 }

@@ -3,7 +3,8 @@
 // (row_select.cuh), over the ranks the scoring pass listed instead of a row of
 // logits. The lists of a row hold its top-k whatever the order the ranks were
 // listed in, and ranks are unique, so the result is that of topk on the
-// logits, bit for bit.
+// logits: the same set, bit for bit with sorted output (unsorted output is in
+// position order here).
 #pragma once
 
 #include <cstdint>
@@ -81,6 +82,18 @@ __device__ inline int first_worker_past(const std::int32_t* schedule, int worker
     }
   }
   return low;
+}
+
+// False when some worker's schedule entry comes before its predecessor's: then
+// worker ranges overlap and a position may be listed twice. The scoring
+// kernel has reported such a schedule (schedule_mismatch). Every thread of
+// the CTA calls it.
+__device__ inline bool schedule_is_monotone(const std::int32_t* schedule, int workers) {
+  bool ordered = true;
+  for (int w = static_cast<int>(threadIdx.x); w + 1 < workers; w += kThreads) {
+    if (item_before(schedule_entry(schedule, w + 1), schedule_entry(schedule, w))) ordered = false;
+  }
+  return __syncthreads_and(ordered) != 0;
 }
 
 // Row `row` (its selection length in a.lengths) into a.indices.

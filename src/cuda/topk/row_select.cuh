@@ -658,6 +658,9 @@ __device__ void narrow(const Source& source, RankRange& r, int k, int fit_total,
     range_stats(source, r, sm.s);
     const int count = sm.s.range_count;
     if (count == r.needed || k - r.needed + count <= fit_total) return;
+    // One rank value counted more than once: only a source that lists a rank
+    // twice (after a reported error) gets here; stop rather than loop.
+    if (sm.s.range_min == sm.s.range_max) return;
     narrow_once(source, r, sm);
   }
 }
@@ -699,10 +702,12 @@ __device__ inline int write_in_position_order(const TopkArgs& a, std::int64_t ro
   int slot = block_exclusive_sum(mine, sm.s.warp_sums, &total);
   for (int w = first; w < min(first + per_thread, words); ++w) {
     for (std::uint32_t marks = sm.bitmap[w]; marks != 0; marks &= marks - 1) {
-      out[slot++] = output_slot(a, row, w * 32 + __ffs(static_cast<int>(marks)) - 1);
+      // More than k marks only after a reported error (a rank listed twice).
+      if (slot < a.k) out[slot] = output_slot(a, row, w * 32 + __ffs(static_cast<int>(marks)) - 1);
+      ++slot;
     }
   }
-  return total;
+  return min(total, a.k);
 }
 
 // Writes the candidates ranked at or above `floor` (at most k of them) to
@@ -723,7 +728,7 @@ __device__ inline int write_candidates(const TopkArgs& a, std::int64_t row, int 
            &sm.s.staged_count, kMaxTopk);
   });
   __syncthreads();
-  const int count = sm.s.staged_count;
+  const int count = min(sm.s.staged_count, a.k);  // more than k only after a reported error
   Rank items[kItemsPerThread];
 #pragma unroll
   for (int m = 0; m < kItemsPerThread; ++m) {
