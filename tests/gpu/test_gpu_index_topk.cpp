@@ -270,6 +270,30 @@ TEST_P(GpuFusedIndexTopk, EqualsLogitsThenTopk) {
 INSTANTIATE_TEST_SUITE_P(Cases, GpuFusedIndexTopk, ::testing::ValuesIn(fused_cases()),
                          [](const ::testing::TestParamInfo<FusedCase>& info) { return info.param.name; });
 
+dsa::IndexTopkOptions native_fused_options() {
+  dsa::IndexTopkOptions options;
+  options.strategy = dsa::IndexTopkStrategy::fused;
+  options.path = LogitsPath::native;
+  return options;
+}
+
+// index_topk, fused on the native path, into a poisoned output.
+dsa::Status run_native_fused(const DeviceWorkload& dw, const dsa::TensorView& schedule, const dsa::ExecContext& ctx) {
+  const Workload& w = *dw.host;
+  const dsa::IndexTopkOptions options = native_fused_options();
+  const dsa::DeviceBuffer indices = device_filled(4 * w.rows() * options.k, 0xFF);
+  return dsa::index_topk(dw.q_view(), dw.cache_view(), dw.weights_view(), dw.lens_view(), dw.block_table_view(),
+                         schedule, w.max_context_len, dw.causal_view(),
+                         device_view(indices, DType::int32, {w.rows(), options.k}), options, ctx);
+}
+
+// A context with the workspace the query gives for the fused strategy.
+GpuContext fused_context(const Workload& w) {
+  dsa::ExecContext query;
+  return GpuContext(Backend::automatic,
+                    dsa::index_topk_workspace_bytes(w.rows(), w.max_context_len, native_fused_options(), query));
+}
+
 // Worker ranges that overlap (a schedule out of order) are reported, and the
 // selection neither hangs nor reads past its lists on the positions listed twice.
 TEST(GpuIndexTopk, FusedReportsOverlappingSchedule) {
@@ -280,19 +304,11 @@ TEST(GpuIndexTopk, FusedReportsOverlappingSchedule) {
   spec.prefix_lens = {12000};
   const Workload w = make_workload(spec);
   const DeviceWorkload dw(w);
-  dsa::IndexTopkOptions options;
-  options.strategy = dsa::IndexTopkStrategy::fused;
-  options.path = LogitsPath::native;
-  dsa::ExecContext query;
-  GpuContext gpu(Backend::automatic, dsa::index_topk_workspace_bytes(w.rows(), w.max_context_len, options, query));
+  GpuContext gpu = fused_context(w);
   gpu.ctx.check_device_errors = true;
   // Workers start at chunks 0, 20 and 10 of the one request: 10..19 twice.
   const dsa::DeviceBuffer schedule = device_copy(std::vector<std::int32_t>{0, 0, 0, 20, 0, 10, 1, 256});
-  const dsa::DeviceBuffer indices = device_filled(4 * w.rows() * options.k, 0xFF);
-  const dsa::Status status = dsa::index_topk(
-      dw.q_view(), dw.cache_view(), dw.weights_view(), dw.lens_view(), dw.block_table_view(),
-      device_view(schedule, DType::int32, {4, 2}), w.max_context_len, dw.causal_view(),
-      device_view(indices, DType::int32, {w.rows(), options.k}), options, gpu.ctx);
+  const dsa::Status status = run_native_fused(dw, device_view(schedule, DType::int32, {4, 2}), gpu.ctx);
   EXPECT_EQ(status.code(), dsa::ErrorCode::schedule_mismatch) << status.to_string();
 }
 
@@ -306,16 +322,9 @@ TEST(GpuIndexTopk, FusedWorkspaceFollowsTheSchedule) {
   spec.prefix_lens = {3000, 4000};
   const Workload w = make_workload(spec);
   const DeviceWorkload dw(w);
-  dsa::IndexTopkOptions options;
-  options.strategy = dsa::IndexTopkStrategy::fused;
-  options.path = LogitsPath::native;
-  dsa::ExecContext query;
-  GpuContext gpu(Backend::automatic, dsa::index_topk_workspace_bytes(w.rows(), w.max_context_len, options, query));
-  const dsa::DeviceBuffer schedule = plan_on_device(dw, 4 * workers_for(gpu.ctx), options.path, gpu.ctx);
-  const dsa::DeviceBuffer indices = device_filled(4 * w.rows() * options.k, 0xFF);
-  const dsa::Status status = dsa::index_topk(
-      dw.q_view(), dw.cache_view(), dw.weights_view(), dw.lens_view(), dw.block_table_view(), schedule_view(schedule),
-      w.max_context_len, dw.causal_view(), device_view(indices, DType::int32, {w.rows(), options.k}), options, gpu.ctx);
+  GpuContext gpu = fused_context(w);
+  const dsa::DeviceBuffer schedule = plan_on_device(dw, 4 * workers_for(gpu.ctx), LogitsPath::native, gpu.ctx);
+  const dsa::Status status = run_native_fused(dw, schedule_view(schedule), gpu.ctx);
   EXPECT_EQ(status.code(), dsa::ErrorCode::workspace_too_small) << status.to_string();
 }
 
