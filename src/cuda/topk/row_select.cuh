@@ -5,23 +5,26 @@
 // order-preserving keys and on 64-bit ranks (key, then position) that make
 // every element of a row distinct (ordered_key.cuh).
 //
-//  1. Window. Every CTA sorts the same sample of 2048 keys spread over the row
-//     and takes two of its quantiles around the expected k-th largest: `low`,
-//     below which (with overwhelming probability) nothing wins, and `high`.
-//     Keys in (low, high] are split into 2047 equal bins; so the bins adapt
-//     to the row's value range (narrow, offset or spread alike).
+//  1. Window. Every CTA takes the same sample of 2048 keys spread over the
+//     row and, with two histogram levels over the sample's range, two of its
+//     quantiles around the expected k-th largest: `low`, below which (with
+//     overwhelming probability) nothing wins, and `high`. Keys in (low, high]
+//     are split into 2047 equal bins; so the bins adapt to the row's value
+//     range (narrow, offset or spread alike).
 //  2. One pass over the segment, straight from global memory: keys above
-//     `low` are counted per bin and appended to a candidate list in shared
-//     memory; keys equal to `low` are only counted (bin 0), so heavy ties
-//     and constant rows cost nothing here.
+//     `low` are appended to a candidate list in shared memory and then counted
+//     per bin from the list; keys equal to `low` are only counted (bin 0), so
+//     heavy ties and constant rows cost nothing here.
 //  3. The group's first CTA sums the counts, finds the bin holding the k-th
 //     largest key and gathers the candidates at or above that bin.
 //  4. It narrows [low, high] of the ranks among those few candidates until
-//     exactly the missing winners lie inside, and writes the winners sorted by
-//     position (or by rank when sorted output is asked for), so the output
-//     never depends on scheduling. When the k-th largest key is `low` itself,
-//     the winners equal to it are the first ones in position order, found by
-//     a short ordered scan from the start of the row.
+//     exactly the missing winners lie inside, and writes the winners in
+//     position order (through a bitmap of the row, or a sort beyond
+//     kBitmapPositions) or by rank when sorted output is asked for, so the
+//     output never depends on scheduling. When the k-th largest key is `low`
+//     itself, the winners above it come first and then those equal to it,
+//     the first ones in position order, found by a short ordered scan from
+//     the start of the row.
 // A row the sample misjudges (candidates beyond the list's capacity, or fewer
 // than k keys at or above `low`) is narrowed by the first CTA alone over the
 // whole row (several reads) until its candidates fit; slower, equally exact.
