@@ -47,12 +47,6 @@ Status select_engine(const char* op, Device device, const ExecContext& ctx, Engi
   return Status::success();
 }
 
-// Key rows one work item scores together: a request's next_n rows on the
-// native path, one row on the per-token path.
-int rows_per_item(LogitsPath path, std::int64_t next_n) {
-  return path == LogitsPath::per_token ? 1 : static_cast<int>(next_n);
-}
-
 bool hopper_candidate(Device device, const ExecContext& ctx) {
   return device.type == DeviceType::cuda &&
          (ctx.backend == Backend::automatic || ctx.backend == Backend::cuda_hopper) &&
@@ -79,11 +73,11 @@ Status select_scoring_engine(const char* op, const detail::LogitsProblem& p, con
   if (!is_cuda_engine(*engine)) return Status::success();
   const bool hopper_serves =
       hopper_candidate(p.device, ctx) &&
-      cuda::hopper_supports_native(rows_per_item(p.path, p.next_n), static_cast<int>(p.heads), p.head_dim);
+      cuda::hopper_supports_native(p.rows_per_unit(), static_cast<int>(p.heads), p.head_dim);
   if (ctx.backend == Backend::cuda_hopper && !hopper_serves) {
     return {ErrorCode::unsupported,
             std::string(op) + ": ctx.backend: cuda_hopper needs an sm_90 device, a build with sm_90a and a " +
-                "kernel for next_n = " + std::to_string(rows_per_item(p.path, p.next_n)) + ", H = " +
+                "kernel for next_n = " + std::to_string(p.rows_per_unit()) + ", H = " +
                 std::to_string(p.heads) + ", D = " + std::to_string(p.head_dim) + " (" +
                 logits_path_name(p.path) + " path)"};
   }
@@ -152,6 +146,15 @@ const char* logits_path_name(LogitsPath path) noexcept {
     case LogitsPath::automatic: return "automatic";
     case LogitsPath::native: return "native";
     case LogitsPath::per_token: return "per_token";
+  }
+  return "unknown";
+}
+
+const char* index_topk_strategy_name(IndexTopkStrategy strategy) noexcept {
+  switch (strategy) {
+    case IndexTopkStrategy::automatic: return "automatic";
+    case IndexTopkStrategy::fused: return "fused";
+    case IndexTopkStrategy::logits_then_topk: return "logits_then_topk";
   }
   return "unknown";
 }
@@ -299,8 +302,8 @@ Status index_topk(const TensorView& q, const TensorView& key_cache, const Tensor
   // The CUDA backend lays out its workspace (error record, staged logits or
   // candidate lists, ...) itself.
   const std::size_t required = cuda::index_topk_workspace_bytes(
-      p.logits.rows(), max_context_len, options.k, fused, p.logits.num_workers,
-      static_cast<int>(rows_per_item(p.logits.path, p.logits.next_n)), p.logits.device.index);
+      p.logits.rows(), max_context_len, options.k, fused, p.logits.num_workers, p.logits.rows_per_unit(),
+      p.logits.device.index);
   return run_cuda(op, ctx, required, [&] { return cuda::index_topk(p, engine == Engine::cuda_hopper, ctx); });
 }
 
@@ -308,9 +311,10 @@ std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_conte
                                        const IndexTopkOptions& options, const ExecContext& ctx) {
   if (is_cpu_backend(ctx.backend)) return 0;  // the CPU stages logits in its own memory
   // The fused lists depend on the schedule: sized here for one worker per
-  // multiprocessor and up to kMaxNativeRows draft rows per unit.
+  // multiprocessor and units of up to kMaxNativeRows draft rows.
   const int workers = std::max(cuda::multiprocessor_count(0), 1);
-  const int rows_per_unit = static_cast<int>(std::min<std::int64_t>(std::max<std::int64_t>(rows, 1), 8));
+  const int rows_per_unit =
+      static_cast<int>(std::min<std::int64_t>(std::max<std::int64_t>(rows, 1), cuda::kMaxNativeRows));
   return cuda::index_topk_workspace_bytes(rows, max_context_len, options.k,
                                           fused_strategy(options.strategy), workers, rows_per_unit, 0);
 }

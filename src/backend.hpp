@@ -27,6 +27,8 @@ Status index_topk(const IndexTopkProblem& p, bool parallel, const ExecContext& c
 }  // namespace cpu
 
 namespace cuda {
+// Largest next_n the Hopper kernels score natively (one unit of rows).
+inline constexpr int kMaxNativeRows = 8;
 // All are stream-ordered on ctx.stream, allocation-free, and use
 // ctx.workspace (its first kDeviceErrorRecordBytes hold the error record).
 Status store_index_keys(const StoreKeysProblem& p, const ExecContext& ctx);

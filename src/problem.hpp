@@ -103,6 +103,9 @@ struct LogitsProblem {
   bool clean_logits = false;
 
   std::int64_t rows() const { return batch * next_n; }
+  // Rows one schedule unit scores together: a request's next_n rows on the
+  // native path, one row on the per-token path.
+  int rows_per_unit() const { return path == LogitsPath::per_token ? 1 : static_cast<int>(next_n); }
 };
 
 struct TopkProblem {

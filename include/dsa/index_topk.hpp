@@ -20,6 +20,8 @@ enum class IndexTopkStrategy {
   logits_then_topk,  // paged_mqa_logits into staging memory (the workspace on CUDA), then topk
 };
 
+const char* index_topk_strategy_name(IndexTopkStrategy strategy) noexcept;
+
 struct IndexTopkOptions {
   int k = kMaxTopk;
   bool sorted = false;          // as TopkOptions::sorted

@@ -116,7 +116,7 @@ FusedPlan plan_fused_workspace(std::int64_t rows, int workers, int rows_per_unit
 
 __global__ void __launch_bounds__(topk_impl::kThreads, 2)
     select_listed_kernel(topk_impl::TopkArgs args, CandidateLists lists, const std::int32_t* schedule,
-                         int workers, std::int64_t next_n, bool per_token) {
+                         int workers) {
   extern __shared__ __align__(16) unsigned char shared_base[];
   auto& storage = *reinterpret_cast<topk_impl::SharedStorage*>(shared_base);
   const std::int64_t row = blockIdx.x;
@@ -127,8 +127,8 @@ __global__ void __launch_bounds__(topk_impl::kThreads, 2)
     }
     return;
   }
-  const int draft = per_token ? 0 : static_cast<int>(row % next_n);
-  const std::int64_t unit = per_token ? row : row / next_n;
+  const int draft = static_cast<int>(row % lists.rows_per_unit);
+  const std::int64_t unit = row / lists.rows_per_unit;
   const topk_impl::ListedRanks source{lists,
                                      schedule,
                                      topk_impl::first_worker_past(schedule, workers, unit, false),
@@ -173,13 +173,9 @@ Status launch_topk_lengths(const IndexTopkProblem& p, std::int32_t* lengths, con
   return Status::success();
 }
 
-int rows_per_unit(const LogitsProblem& p) {
-  return p.path == LogitsPath::per_token ? 1 : static_cast<int>(p.next_n);
-}
-
 Status fused_index_topk(const IndexTopkProblem& p, const ExecContext& ctx) {
   const std::int64_t rows = p.logits.rows();
-  const FusedPlan plan = plan_fused_workspace(rows, p.logits.num_workers, rows_per_unit(p.logits));
+  const FusedPlan plan = plan_fused_workspace(rows, p.logits.num_workers, p.logits.rows_per_unit());
   unsigned char* workspace = static_cast<unsigned char*>(ctx.workspace.data);
   const cudaStream_t stream = stream_of(ctx);
   auto* lengths = reinterpret_cast<std::int32_t*>(workspace + plan.lengths_offset);
@@ -192,7 +188,7 @@ Status fused_index_topk(const IndexTopkProblem& p, const ExecContext& ctx) {
   selection.lists.ranks = reinterpret_cast<topk_impl::Rank*>(workspace + plan.lists_offset);
   selection.lists.counts = reinterpret_cast<std::int32_t*>(workspace + plan.counts_offset);
   selection.lists.rows = rows;
-  selection.lists.rows_per_unit = rows_per_unit(p.logits);
+  selection.lists.rows_per_unit = p.logits.rows_per_unit();
   // A list no worker writes reads as empty.
   DSA_CUDA_CHECK(cudaMemsetAsync(selection.lists.counts, 0, plan.counts_bytes, stream));
   DSA_RETURN_IF_ERROR(hopper::paged_mqa_candidates(p.logits, selection, ctx));
@@ -203,8 +199,7 @@ Status fused_index_topk(const IndexTopkProblem& p, const ExecContext& ctx) {
   DSA_CUDA_CHECK(cudaFuncSetAttribute(select_listed_kernel,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
   select_listed_kernel<<<static_cast<unsigned>(rows), topk_impl::kThreads, kSharedBytes, stream>>>(
-      args, selection.lists, p.logits.schedule, p.logits.num_workers, p.logits.next_n,
-      p.logits.path == LogitsPath::per_token);
+      args, selection.lists, p.logits.schedule, p.logits.num_workers);
   DSA_CUDA_CHECK_LAUNCH("select_listed_kernel");
   return Status::success();
 }

@@ -37,15 +37,6 @@ constexpr double kGpuTolerance = 1e-2;
 // quantize_queries weights: gate * q_scale * weight_scale, products of floats.
 constexpr double kWeightsTolerance = 1e-6;
 
-const char* index_topk_strategy_name(dsa::IndexTopkStrategy strategy) {
-  switch (strategy) {
-    case dsa::IndexTopkStrategy::automatic: return "automatic";
-    case dsa::IndexTopkStrategy::fused: return "fused";
-    case dsa::IndexTopkStrategy::logits_then_topk: return "logits_then_topk";
-  }
-  return "?";
-}
-
 struct Stage {
   const char* name;
   std::function<dsa::Status(const dsa::ExecContext&)> run;
@@ -244,8 +235,8 @@ dsa::Status execute_run(const Options& options, std::FILE* text, Json* document,
   checked.check_device_errors = gpu;
 
   for (const Stage& stage : stages) DSA_RETURN_IF_ERROR(in_stage(stage.name, stage.run(checked)));
-  shape_json.set("index_topk_strategy", index_topk_strategy_name(strategy));
-  std::fprintf(text, "index_topk strategy: %s\n", index_topk_strategy_name(strategy));
+  shape_json.set("index_topk_strategy", dsa::index_topk_strategy_name(strategy));
+  std::fprintf(text, "index_topk strategy: %s\n", dsa::index_topk_strategy_name(strategy));
   std::vector<float> first_logits;
   std::vector<std::int32_t> first_indices, first_fused;
   DSA_RETURN_IF_ERROR(download(pipeline.logits, &first_logits));

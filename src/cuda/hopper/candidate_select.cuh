@@ -17,6 +17,7 @@
 #include "cuda/candidate_lists.hpp"
 #include "cuda/topk/ordered_key.cuh"
 #include "cuda/warp_scan.cuh"
+#include "dsa/cache.hpp"
 
 namespace dsa::detail::cuda::hopper {
 
@@ -251,9 +252,9 @@ __device__ void offer_page(const float* page_logits, std::int64_t first_position
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const std::int64_t position = first_position + 32 * half + lane;
-      offer(list, page_logits[j * 64 + 32 * half + lane], position, position < unit.limit[j]);
+      offer(list, page_logits[j * kPageTokens + 32 * half + lane], position, position < unit.limit[j]);
     }
-    if (list.count > kListCapacity - 64) {
+    if (list.count > kListCapacity - kPageTokens) {  // room for the next page's positions
       __syncwarp();  // the appended ranks are visible to every lane
       Rank lo = 0;
       Rank hi = 0;

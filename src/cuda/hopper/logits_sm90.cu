@@ -19,7 +19,6 @@ namespace {
 // Columns of one wgmma pass (draft rows x heads); 128 keeps a consumer's
 // accumulator set within its register budget.
 constexpr int kPassColumns = 128;
-constexpr int kMaxNativeRows = 8;
 
 Status encode_failure(const char* what, CUresult result) {
   return {ErrorCode::cuda_error, std::string("paged_mqa_logits: encoding the ") + what +

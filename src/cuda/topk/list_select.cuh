@@ -107,8 +107,9 @@ __device__ inline void select_listed_row(const TopkArgs& a, const ListedRanks& s
     return;
   }
   if (source.total() < a.k) {
-    // Only a run that reported an error (a schedule whose ranges overlap) lists
-    // fewer ranks than k; write what is there rather than read past it.
+    // Only a run whose schedule the scoring reported (one that leaves
+    // positions unscored, such as a trailer of another batch) lists fewer
+    // ranks than k; write what is there rather than read past it.
     const int listed = collect_candidates(source, 0, sm);
     const int written = write_candidates(a, row, length, listed, 0, sm, out);
     for (int i = written + static_cast<int>(threadIdx.x); i < a.k; i += kThreads) out[i] = -1;
