@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "cache_format.hpp"
+#include "dsa/schedule.hpp"
 #include "schedule_walk.hpp"
 
 namespace dsa::detail {
@@ -222,7 +223,7 @@ const char* length_input_name(LengthConvention convention) {
 Status check_schedule(const char* op, const LogitsProblem& p) {
   const std::int64_t units = schedule_units(p.batch, p.next_n, p.path);
   const WorkItem sentinel = schedule_entry(p.schedule, p.num_workers);
-  const char* path = p.path == LogitsPath::per_token ? "per_token" : "native";
+  const char* path = logits_path_name(p.path);
   if (sentinel.unit != units || sentinel.chunk != kChunkTokens) {
     return fail(ErrorCode::schedule_mismatch, op, "schedule",
                 "last row is (" + str(sentinel.unit) + ", " + str(sentinel.chunk) + ") but the " + path +
