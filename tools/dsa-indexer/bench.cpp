@@ -70,10 +70,13 @@ struct Bench {
 
   bool gpu() const { return target.on_gpu(); }
 
-  dsa::Status time(const std::function<dsa::Status(int run)>& launch, double* seconds) const {
-    std::vector<double> runs;
+  // Medians of the operation's time and of the host's time per call.
+  dsa::Status time(const std::function<dsa::Status(int run)>& launch, double* seconds,
+                   double* host_seconds = nullptr) const {
+    RunTimes runs;
     DSA_RETURN_IF_ERROR(time_runs(gpu(), ctx.stream, gpu() ? warmup : 0, iters, launch, &runs));
-    *seconds = median(runs);
+    *seconds = median(runs.elapsed);
+    if (host_seconds != nullptr) *host_seconds = median(runs.host);
     return {};
   }
 };
@@ -109,9 +112,12 @@ struct PointResult {
   GridPoint point{};
   Traffic traffic;
   double native_s = kNotMeasured;
+  double native_host_s = kNotMeasured;  // host time per native call
   double per_token_s = kNotMeasured;
   double topk_s = kNotMeasured;
+  double topk_host_s = kNotMeasured;
   double index_topk_s = kNotMeasured;
+  double index_topk_host_s = kNotMeasured;
   double fused_s = kNotMeasured;  // index_topk with the fused strategy
   double floor_s = kNotMeasured;       // max(native bytes / bandwidth, FLOPs / fp8 rate)
   double topk_floor_s = kNotMeasured;  // one read of the valid logits
@@ -125,9 +131,9 @@ struct PointResult {
 // Times `launch`; an `unsupported` backend leaves the time unmeasured, any
 // other error is noted on the result.
 double timed_or_note(const Bench& bench, const char* what, const std::function<dsa::Status(int)>& launch,
-                     PointResult* result) {
+                     PointResult* result, double* host_seconds = nullptr) {
   double seconds = kNotMeasured;
-  const dsa::Status status = bench.time(launch, &seconds);
+  const dsa::Status status = bench.time(launch, &seconds, host_seconds);
   if (status.code() == dsa::ErrorCode::unsupported) return kNotMeasured;
   if (!status.ok()) {
     result->note(std::string(what) + ": " + status.to_string());
@@ -205,7 +211,8 @@ PointResult measure_point(const Bench& bench, const GridPoint& point, int heads,
   };
   std::vector<float> native_logits, per_token_logits;
   result.native_s = timed_or_note(point_bench, "native logits",
-                                  logits_with(dsa::LogitsPath::native, pipeline.schedule), &result);
+                                  logits_with(dsa::LogitsPath::native, pipeline.schedule), &result,
+                                  &result.native_host_s);
   if (!std::isnan(result.native_s)) {
     native_logits.resize(pipeline.logits.bytes() / sizeof(float));
     if (!pipeline.logits.download(native_logits.data(), pipeline.logits.bytes()).ok()) native_logits.clear();
@@ -232,14 +239,14 @@ PointResult measure_point(const Bench& bench, const GridPoint& point, int heads,
   }
   result.topk_s = timed_or_note(point_bench, "topk", [&](int run) {
     return pipeline.run_topk(pipeline.logits_view_of(logits_sets.at(run)), ctx);
-  }, &result);
+  }, &result, &result.topk_host_s);
   const dsa::LogitsPath fused_path =
       std::isnan(result.native_s) ? dsa::LogitsPath::per_token : dsa::LogitsPath::native;
   const Buffer& fused_schedule = std::isnan(result.native_s) ? per_token_schedule : pipeline.schedule;
   result.index_topk_s = timed_or_note(point_bench, "index_topk", [&](int run) {
     return pipeline.run_index_topk(fused_path, fused_schedule, pipeline.cache_view_of(caches.at(run)),
                                    dsa::IndexTopkStrategy::automatic, ctx);
-  }, &result);
+  }, &result, &result.index_topk_host_s);
   const auto check_against_topk = [&](const char* what) {
     std::vector<std::int32_t> indices(pipeline.indices.bytes() / 4), fused(pipeline.fused_indices.bytes() / 4);
     if (pipeline.indices.download(indices.data(), pipeline.indices.bytes()).ok() &&
@@ -269,6 +276,7 @@ struct TopkLine {
   std::int64_t length = 0;
   LogitsDistribution distribution = LogitsDistribution::uniform;
   double seconds = kNotMeasured;
+  double host_s = kNotMeasured;  // host time per call
   double floor_s = kNotMeasured;
   int rotation = 1;
   std::string problems;
@@ -312,7 +320,7 @@ TopkLine measure_topk_line(const Bench& bench, std::int64_t rows, std::int64_t l
   if (auto s = line_bench.time([&](int run) {
         return dsa::topk(sets.at(run).view(dsa::DType::float32, {rows, length}), lengths_view, k, indices_view, {},
                          ctx);
-      }, &line.seconds);
+      }, &line.seconds, &line.host_s);
       !s.ok()) {
     return fail("topk", s);
   }
@@ -359,14 +367,17 @@ Json point_json(const PointResult& r) {
   entry.set("per_token_bytes", r.traffic.per_token_bytes);
   entry.set("flops", r.traffic.flops);
   entry.set("native_us", r.native_s * 1e6);
+  entry.set("native_host_us", r.native_host_s * 1e6);
   entry.set("per_token_us", r.per_token_s * 1e6);
   entry.set("floor_us", r.floor_s * 1e6);
   entry.set("fraction_of_floor", r.floor_s / r.native_s);
   entry.set("native_speedup_over_per_token", r.per_token_s / r.native_s);
   entry.set("topk_us", r.topk_s * 1e6);
+  entry.set("topk_host_us", r.topk_host_s * 1e6);
   entry.set("topk_floor_us", r.topk_floor_s * 1e6);
   entry.set("topk_fraction_of_floor", r.topk_floor_s / r.topk_s);
   entry.set("index_topk_us", r.index_topk_s * 1e6);
+  entry.set("index_topk_host_us", r.index_topk_host_s * 1e6);
   entry.set("fused_index_topk_us", r.fused_s * 1e6);
   entry.set("fused_over_logits", r.fused_s / r.native_s);
   entry.set("path_max_relative_difference", r.path_difference);
@@ -377,14 +388,15 @@ Json point_json(const PointResult& r) {
 }
 
 void print_grid_table(std::FILE* out, const std::vector<PointResult>& results, bool with_floor) {
-  std::fprintf(out, "%5s %5s %2s | %10s %9s %7s | %12s %7s | %9s %7s | %13s | %9s %7s | %s\n", "B", "ctx", "n",
-               "native us", "floor us", "floor/t", "per-token us", "speedup", "topk us", "floor/t", "index_topk us",
-               "fused us", "/native", "check");
+  std::fprintf(out, "%5s %5s %2s | %10s %9s %7s %7s | %12s %7s | %9s %7s | %13s | %9s %7s | %s\n", "B", "ctx",
+               "n", "native us", "floor us", "floor/t", "host us", "per-token us", "speedup", "topk us", "floor/t",
+               "index_topk us", "fused us", "/native", "check");
   for (const PointResult& r : results) {
-    std::fprintf(out, "%5lld %5s %2d | %10s %9s %7s | %12s %7s | %9s %7s | %13s | %9s %7s | %s\n",
+    std::fprintf(out, "%5lld %5s %2d | %10s %9s %7s %7s | %12s %7s | %9s %7s | %13s | %9s %7s | %s\n",
                  static_cast<long long>(r.point.batch), context_label(r.point.avg_context).c_str(), r.point.next_n,
                  microseconds(r.native_s).c_str(), with_floor ? microseconds(r.floor_s).c_str() : "-",
-                 with_floor ? ratio(r.floor_s, r.native_s).c_str() : "-", microseconds(r.per_token_s).c_str(),
+                 with_floor ? ratio(r.floor_s, r.native_s).c_str() : "-",
+                 with_floor ? microseconds(r.native_host_s).c_str() : "-", microseconds(r.per_token_s).c_str(),
                  ratio(r.per_token_s, r.native_s).c_str(), microseconds(r.topk_s).c_str(),
                  with_floor ? ratio(r.topk_floor_s, r.topk_s).c_str() : "-", microseconds(r.index_topk_s).c_str(),
                  microseconds(r.fused_s).c_str(), ratio(r.fused_s, r.native_s).c_str(),
@@ -454,7 +466,8 @@ int gpu_bench(const Options& options, const Target& target, std::FILE* text, Jso
   parameters.set("page_order", "random permutation");
   parameters.set("seed", static_cast<std::int64_t>(options.seed));
   Json& timing = document->set("timing", Json::object());
-  timing.set("method", "CUDA events, median");
+  timing.set("method", "CUDA events around the enqueued work of each call, the stream held until the call is "
+                      "enqueued (host time excluded; *_host_us report it), median");
   timing.set("warmup", bench.warmup);
   timing.set("iters", bench.iters);
   timing.set("rotation", "inputs copied until they span 4x the L2 cache (2..16 sets)");
@@ -493,6 +506,7 @@ int gpu_bench(const Options& options, const Target& target, std::FILE* text, Jso
     entry.set("k", options.k);
     entry.set("distribution", distribution_name(line.distribution));
     entry.set("us", line.seconds * 1e6);
+    entry.set("host_us", line.host_s * 1e6);
     entry.set("floor_us", line.floor_s * 1e6);
     entry.set("fraction_of_floor", line.floor_s / line.seconds);
     entry.set("rotating_input_sets", line.rotation);
@@ -503,20 +517,21 @@ int gpu_bench(const Options& options, const Target& target, std::FILE* text, Jso
 
   if (!results.empty()) {
     std::fprintf(text, "\nreference grid: H=%d D=%d k=%d, causal lengths +-30%%, random page order; "
-                       "median of %d runs (CUDA events), inputs rotated over >= 2 copies\n",
+                       "median of %d runs (CUDA events around the enqueued work), inputs rotated over >= 2 copies\n",
                  options.heads, kHeadDim, options.k, bench.iters);
     std::fprintf(text, "floor = max(bytes / copy bandwidth, FLOPs / fp8 rate); floor/t = fraction of the floor reached; "
-                       "speedup = per-token / native\n");
+                       "host = the host's time per native call (validation and enqueue); speedup = per-token / native\n");
     print_grid_table(text, results, true);
   }
   std::fprintf(text, "\ntop-k alone (k=%d; floor = one read of the logits at copy bandwidth):\n", options.k);
-  std::fprintf(text, "%5s %7s %-13s | %9s %9s %7s | %s\n", "T", "length", "values", "us", "floor us", "floor/t",
-               "check");
+  std::fprintf(text, "%5s %7s %-13s | %9s %9s %7s %7s | %s\n", "T", "length", "values", "us", "floor us", "floor/t",
+               "host us", "check");
   for (const TopkLine& line : lines) {
-    std::fprintf(text, "%5lld %7s %-13s | %9s %9s %7s | %s\n", static_cast<long long>(line.rows),
+    std::fprintf(text, "%5lld %7s %-13s | %9s %9s %7s %7s | %s\n", static_cast<long long>(line.rows),
                  context_label(line.length).c_str(), distribution_name(line.distribution),
                  microseconds(line.seconds).c_str(), microseconds(line.floor_s).c_str(),
-                 ratio(line.floor_s, line.seconds).c_str(), line.problems.empty() ? "ok" : line.problems.c_str());
+                 ratio(line.floor_s, line.seconds).c_str(), microseconds(line.host_s).c_str(),
+                 line.problems.empty() ? "ok" : line.problems.c_str());
   }
   return all_ok ? 0 : 1;
 }

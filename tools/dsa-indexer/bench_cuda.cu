@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -40,6 +41,48 @@ class Event {
 
  private:
   cudaEvent_t event_ = nullptr;
+};
+
+// Device-side wait for the host: the kernel spins until the host has
+// written `ticket` to pinned, mapped memory, or until kHoldLimitNs have passed.
+constexpr unsigned long long kHoldLimitNs = 5'000'000;
+
+__device__ __forceinline__ unsigned long long global_nanoseconds() {
+  unsigned long long now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  return now;
+}
+
+__global__ void hold_stream_kernel(const volatile unsigned* released, unsigned ticket) {
+  const unsigned long long start = global_nanoseconds();
+  while (*released < ticket && global_nanoseconds() - start < kHoldLimitNs) __nanosleep(500);
+}
+
+// Holds a stream at a point until the host releases it (see time_device_runs).
+class StreamGate {
+ public:
+  StreamGate() = default;
+  StreamGate(const StreamGate&) = delete;
+  StreamGate& operator=(const StreamGate&) = delete;
+  ~StreamGate() {
+    if (released_ != nullptr) cudaFreeHost(const_cast<unsigned*>(released_));
+  }
+  dsa::Status create() {
+    unsigned* memory = nullptr;
+    DSA_RETURN_IF_ERROR(cuda_status(cudaHostAlloc(&memory, sizeof(unsigned), cudaHostAllocMapped), "cudaHostAlloc"));
+    released_ = memory;
+    *released_ = 0;
+    return cuda_status(cudaHostGetDevicePointer(&device_view_, memory, 0), "cudaHostGetDevicePointer");
+  }
+  dsa::Status hold(void* stream, unsigned ticket) const {
+    hold_stream_kernel<<<1, 1, 0, as_stream(stream)>>>(device_view_, ticket);
+    return cuda_status(cudaGetLastError(), "hold_stream_kernel");
+  }
+  void release(unsigned ticket) { *released_ = ticket; }
+
+ private:
+  volatile unsigned* released_ = nullptr;
+  unsigned* device_view_ = nullptr;
 };
 
 dsa::Status allocate_on_current_device(std::size_t bytes, dsa::DeviceBuffer* buffer) {
@@ -170,8 +213,7 @@ dsa::Status plan_fp8_matmul(int size, cudaDataType_t output_type, std::size_t wo
 }  // namespace
 
 dsa::Status time_device_runs(void* stream, int warmup, int iters,
-                             const std::function<dsa::Status(int run)>& launch,
-                             std::vector<double>* seconds) {
+                             const std::function<dsa::Status(int run)>& launch, RunTimes* times) {
   const int total = warmup + iters;
   std::vector<Event> starts(static_cast<std::size_t>(iters));
   std::vector<Event> ends(static_cast<std::size_t>(iters));
@@ -179,26 +221,37 @@ dsa::Status time_device_runs(void* stream, int warmup, int iters,
     DSA_RETURN_IF_ERROR(starts[static_cast<std::size_t>(i)].create());
     DSA_RETURN_IF_ERROR(ends[static_cast<std::size_t>(i)].create());
   }
+  StreamGate gate;
+  DSA_RETURN_IF_ERROR(gate.create());
+  times->host.clear();
   for (int run = 0; run < total; ++run) {
     const int timed = run - warmup;
+    DSA_RETURN_IF_ERROR(gate.hold(stream, static_cast<unsigned>(run) + 1));
     if (timed >= 0) {
       DSA_RETURN_IF_ERROR(cuda_status(
           cudaEventRecord(starts[static_cast<std::size_t>(timed)].get(), as_stream(stream)), "cudaEventRecord"));
     }
-    DSA_RETURN_IF_ERROR(launch(run));
+    const auto host_start = std::chrono::steady_clock::now();
+    const dsa::Status launched = launch(run);
+    const std::chrono::duration<double> host_time = std::chrono::steady_clock::now() - host_start;
     if (timed >= 0) {
-      DSA_RETURN_IF_ERROR(cuda_status(
-          cudaEventRecord(ends[static_cast<std::size_t>(timed)].get(), as_stream(stream)), "cudaEventRecord"));
+      times->host.push_back(host_time.count());
+      if (launched.ok()) {
+        DSA_RETURN_IF_ERROR(cuda_status(
+            cudaEventRecord(ends[static_cast<std::size_t>(timed)].get(), as_stream(stream)), "cudaEventRecord"));
+      }
     }
+    gate.release(static_cast<unsigned>(run) + 1);
+    DSA_RETURN_IF_ERROR(launched);
   }
   DSA_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(as_stream(stream)), "cudaStreamSynchronize"));
-  seconds->assign(static_cast<std::size_t>(iters), 0.0);
+  times->elapsed.assign(static_cast<std::size_t>(iters), 0.0);
   for (int i = 0; i < iters; ++i) {
     float milliseconds = 0;
     DSA_RETURN_IF_ERROR(cuda_status(cudaEventElapsedTime(&milliseconds, starts[static_cast<std::size_t>(i)].get(),
                                                          ends[static_cast<std::size_t>(i)].get()),
                                     "cudaEventElapsedTime"));
-    (*seconds)[static_cast<std::size_t>(i)] = milliseconds * 1e-3;
+    times->elapsed[static_cast<std::size_t>(i)] = milliseconds * 1e-3;
   }
   return {};
 }
@@ -209,11 +262,11 @@ dsa::Status measure_copy_bandwidth(void* stream, std::size_t buffer_bytes, int i
   DSA_RETURN_IF_ERROR(allocate_on_current_device(buffer_bytes, &source));
   DSA_RETURN_IF_ERROR(allocate_on_current_device(buffer_bytes, &destination));
   DSA_RETURN_IF_ERROR(source.fill_bytes(1));
-  std::vector<double> seconds;
+  RunTimes times;
   DSA_RETURN_IF_ERROR(time_device_runs(stream, 3, iters, [&](int) {
     return copy_device_to_device(destination.data(), source.data(), buffer_bytes, stream);
-  }, &seconds));
-  *bytes_per_second = 2.0 * static_cast<double>(buffer_bytes) / median(seconds);
+  }, &times));
+  *bytes_per_second = 2.0 * static_cast<double>(buffer_bytes) / median(times.elapsed);
   return {};
 }
 
@@ -244,17 +297,17 @@ dsa::Status measure_fp8_matmul_rate(void* stream, int size, int iters, MatmulRat
     DSA_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "fill_fp8_kernel"));
 
     const float alpha = 1.0f, beta = 0.0f;
-    std::vector<double> seconds;
+    RunTimes times;
     DSA_RETURN_IF_ERROR(time_device_runs(stream, 3, iters, [&](int) {
       return cublas_status(cublasLtMatmul(objects.handle, objects.desc, &alpha, a.data(), objects.a, b.data(),
                                           objects.b, &beta, d.data(), objects.d, d.data(), objects.d,
                                           &heuristic.algo, workspace.data(), kWorkspaceBytes,
                                           as_stream(stream)),
                            "cublasLtMatmul");
-    }, &seconds));
+    }, &times));
     rate->size = size;
     rate->output_type = output_name;
-    rate->flops_per_second = 2.0 * static_cast<double>(size) * size * size / median(seconds);
+    rate->flops_per_second = 2.0 * static_cast<double>(size) * size * size / median(times.elapsed);
     return {};
   }
   return {dsa::ErrorCode::unsupported, "cuBLASLt offers no fp8 e4m3 matrix product on this device"};

@@ -11,15 +11,20 @@
 #include <vector>
 
 #include "dsa/status.hpp"
+#include "timing.hpp"
 
 namespace dsa_cli {
 
 // Enqueues `launch(run)` on `stream` (a cudaStream_t) warmup + iters times,
-// each bracketed by CUDA events, and returns the last `iters` durations in
-// seconds. `run` counts from 0 over all launches so callers can rotate inputs.
+// each bracketed by CUDA events, and returns the last `iters` durations: the
+// time between the events, and the host time of each `launch` call. Before
+// each run the stream is held by a device-side wait that the host releases
+// once the run is enqueued (or after a few milliseconds, should `launch`
+// itself wait for the stream), so the events time the device work and not
+// the host's time to enqueue it, as when a call is one of many in flight.
+// `run` counts from 0 over all launches so callers can rotate inputs.
 dsa::Status time_device_runs(void* stream, int warmup, int iters,
-                             const std::function<dsa::Status(int run)>& launch,
-                             std::vector<double>* seconds);
+                             const std::function<dsa::Status(int run)>& launch, RunTimes* times);
 
 // Median bandwidth of device-to-device cudaMemcpyAsync of `buffer_bytes`
 // bytes, counting bytes read plus bytes written.

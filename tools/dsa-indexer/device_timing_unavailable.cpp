@@ -10,8 +10,7 @@ dsa::Status no_cuda() {
 
 }  // namespace
 
-dsa::Status time_device_runs(void*, int, int, const std::function<dsa::Status(int)>&,
-                             std::vector<double>*) {
+dsa::Status time_device_runs(void*, int, int, const std::function<dsa::Status(int)>&, RunTimes*) {
   return no_cuda();
 }
 dsa::Status measure_copy_bandwidth(void*, std::size_t, int, double*) { return no_cuda(); }

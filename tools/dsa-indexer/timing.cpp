@@ -15,16 +15,16 @@ double median(std::vector<double> values) {
 }
 
 dsa::Status time_runs(bool on_device, void* stream, int warmup, int iters,
-                      const std::function<dsa::Status(int run)>& launch,
-                      std::vector<double>* seconds) {
-  if (on_device) return time_device_runs(stream, warmup, iters, launch, seconds);
-  seconds->clear();
+                      const std::function<dsa::Status(int run)>& launch, RunTimes* times) {
+  if (on_device) return time_device_runs(stream, warmup, iters, launch, times);
+  times->elapsed.clear();
   for (int run = 0; run < warmup + iters; ++run) {
     const auto start = std::chrono::steady_clock::now();
     DSA_RETURN_IF_ERROR(launch(run));
     const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-    if (run >= warmup) seconds->push_back(elapsed.count());
+    if (run >= warmup) times->elapsed.push_back(elapsed.count());
   }
+  times->host = times->elapsed;
   return {};
 }
 
