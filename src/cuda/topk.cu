@@ -58,6 +58,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
+// Fewest CTAs per row whose segments fit the candidate list.
+std::int64_t min_cluster_size(const TopkProblem& p) { return ceil_div(p.cols, kMaxSegmentValues); }
+
 // CTAs per row for the cluster kernel: enough CTAs to occupy every
 // multiprocessor twice, segments neither too short nor too long for the
 // candidate list. 1 when clusters are unavailable.
@@ -73,37 +76,47 @@ int cluster_size_for(const TopkProblem& p, int device) {
   if (major < 9) return 1;
   const std::int64_t to_fill = ceil_div(kBlocksPerMultiprocessor * multiprocessors, p.rows);
   std::int64_t size = std::min(to_fill, std::max<std::int64_t>(1, p.cols / kMinSegmentValues));
-  size = std::max(size, ceil_div(p.cols, kMaxSegmentValues));
+  size = std::max(size, min_cluster_size(p));
   return static_cast<int>(std::clamp<std::int64_t>(size, 1, topk_impl::kMaxGroupSize));
 }
 
 template <typename Bits>
 Status launch_topk(const TopkProblem& p, TopkArgs args, cudaStream_t stream, int device) {
   constexpr std::size_t kSharedBytes = sizeof(SharedStorage);
-  const int cluster_size = cluster_size_for(p, device);
+  int cluster_size = cluster_size_for(p, device);
   if (cluster_size > 1) {
-    args.group_size = cluster_size;
     auto kernel = topk_cluster_kernel<Bits>;
     DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(kSharedBytes)));
     cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(p.rows * cluster_size));
     config.blockDim = dim3(kThreads);
     config.dynamicSmemBytes = kSharedBytes;
     config.stream = stream;
     cudaLaunchAttribute attribute{};
     attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = static_cast<unsigned>(cluster_size);
     attribute.val.clusterDim.y = 1;
     attribute.val.clusterDim.z = 1;
     config.attrs = &attribute;
     config.numAttrs = 1;
-    // A partitioned GPU may have too few multiprocessors per GPC for the
-    // cluster; then one CTA per row serves instead.
+    // Rows are short work each, so a second wave of clusters would nearly
+    // double the call: the cluster shrinks (down to what the candidate list
+    // needs) until the GPU holds a cluster for every row at once. A
+    // partitioned GPU may hold no cluster at all; then one CTA per row serves.
     int active_clusters = 0;
-    const cudaError_t occupancy = cudaOccupancyMaxActiveClusters(&active_clusters, kernel, &config);
-    if (occupancy != cudaSuccess) cudaGetLastError();
+    cudaError_t occupancy = cudaSuccess;
+    for (;;) {
+      config.gridDim = dim3(static_cast<unsigned>(p.rows * cluster_size));
+      attribute.val.clusterDim.x = static_cast<unsigned>(cluster_size);
+      occupancy = cudaOccupancyMaxActiveClusters(&active_clusters, kernel, &config);
+      if (occupancy != cudaSuccess) {
+        cudaGetLastError();
+        break;
+      }
+      if (active_clusters >= p.rows || cluster_size <= std::max<std::int64_t>(2, min_cluster_size(p))) break;
+      --cluster_size;
+    }
     if (occupancy != cudaSuccess || active_clusters > 0) {
+      args.group_size = cluster_size;
       DSA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args));
       return Status::success();
     }

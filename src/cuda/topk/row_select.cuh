@@ -169,24 +169,37 @@ struct BlockCluster {
 __device__ inline int lane_id() { return static_cast<int>(threadIdx.x) & 31; }
 __device__ inline int warp_id() { return static_cast<int>(threadIdx.x) >> 5; }
 
+__device__ inline unsigned lanes_below() {
+  unsigned mask;
+  asm("mov.u32 %0, %%lanemask_lt;" : "=r"(mask));
+  return mask;
+}
+
 // Appends value_of(m) for every bit m of `take` to out[*counter ...]; the whole
 // warp calls it together. Values past `capacity` are counted, not stored. The
-// order between warps is not fixed: callers sort or compare by rank.
+// order between warps is not fixed: callers sort or compare by rank. A lane's
+// slots come from one ballot per item (no scan across lanes) and the warp
+// reserves them with one shared-memory atomic.
 template <int kItems, typename ValueOf>
 __device__ void append_items(unsigned take, ValueOf&& value_of, Rank* out, int* counter,
                              int capacity) {
-  if (!__any_sync(kFullMask, take != 0)) return;
-  const int mine = __popc(take);
-  const int inclusive = warp_inclusive_sum(mine);
-  int base = 0;
-  if (lane_id() == 31) base = atomicAdd(counter, inclusive);
-  int slot = __shfl_sync(kFullMask, base, 31) + inclusive - mine;
+  unsigned taken[kItems];
+  int total = 0;
 #pragma unroll
   for (int m = 0; m < kItems; ++m) {
-    if ((take >> m) & 1u) {
-      if (slot < capacity) out[slot] = value_of(m);
-      ++slot;
-    }
+    taken[m] = __ballot_sync(kFullMask, ((take >> m) & 1u) != 0);
+    total += __popc(taken[m]);
+  }
+  if (total == 0) return;
+  int base = 0;
+  if (lane_id() == 0) base = atomicAdd(counter, total);
+  base = __shfl_sync(kFullMask, base, 0);
+  const unsigned below = lanes_below();
+#pragma unroll
+  for (int m = 0; m < kItems; ++m) {
+    const int slot = base + __popc(taken[m] & below);
+    if (((take >> m) & 1u) != 0 && slot < capacity) out[slot] = value_of(m);
+    base += __popc(taken[m]);
   }
 }
 
@@ -366,8 +379,12 @@ __device__ void choose_window(const Bits* bits, int length, int k, SharedStorage
   const int fine_shift = max(0, shift - 11);
   histogram_of_sample(keys, bin_base, std::uint64_t{1} << shift, fine_shift, sm);
   const FoundBin fine_bin = find_bin(bottom + 1 - bottom_bin.above, sm);
-  const std::uint32_t low =
+  std::uint32_t low =
       bin_base + static_cast<std::uint32_t>(static_cast<std::uint64_t>(fine_bin.bin) << fine_shift);
+  // The key just below +0.0's belongs to no value (-0.0 takes +0.0's key),
+  // and the scan cannot compare floats with it (LowComparison); the key
+  // below it serves as well.
+  if (low == OrderedKey<std::uint32_t>::from_bits(0u) - 1u) --low;
   if (threadIdx.x == 0) {
     sm.s.window_low = low;
     sm.s.window_high = static_cast<std::uint32_t>(max(high, std::uint64_t{low}));
@@ -411,26 +428,58 @@ struct VectorOf<std::uint16_t> {
   }
 };
 
-// Step 2 over positions [begin, end) of the row, with vector loads.
+// Compares values with the window's low key as their keys would compare.
+template <typename Bits>
+struct LowComparison;
+// float32 values are compared as floats, which costs less than their keys: the
+// max takes NaN as -inf and float comparison has -0.0 equal to +0.0, as the
+// keys have. Exact for every low key but the one just below +0.0's, which
+// choose_window never gives.
+template <>
+struct LowComparison<std::uint32_t> {
+  using Compared = float;
+  float low;
+  __device__ explicit LowComparison(std::uint32_t low_key) : low(float_of_key(low_key)) {}
+  __device__ bool above(std::uint32_t bits, float* value) const {
+    *value = fmaxf(__uint_as_float(bits), -INFINITY);
+    return *value > low;
+  }
+  __device__ bool equal(float value) const { return value == low; }
+};
+template <>
+struct LowComparison<std::uint16_t> {
+  using Compared = std::uint32_t;
+  std::uint32_t low;
+  __device__ explicit LowComparison(std::uint32_t low_key) : low(low_key) {}
+  __device__ bool above(std::uint16_t bits, std::uint32_t* key) const {
+    *key = OrderedKey<std::uint16_t>::from_bits(bits);
+    return *key > low;
+  }
+  __device__ bool equal(std::uint32_t key) const { return key == low; }
+};
+
+// Step 2 over positions [begin, end) of the row, with vector loads; only
+// candidates get their rank.
 template <typename Bits>
 __device__ void scan_segment(const Bits* row_bits, int begin, int end, SharedStorage& sm) {
   using Vector = VectorOf<Bits>;
-  const std::uint32_t low = sm.s.window_low;
+  const LowComparison<Bits> low(sm.s.window_low);
   int equal = 0;
   // bits[m] is at position first + m when bit m of `valid` is set.
   const auto consume = [&](const Bits (&bits)[kVectorItems], int first, unsigned valid) {
-    std::uint32_t keys[kVectorItems];
     unsigned take = 0;
 #pragma unroll
     for (int m = 0; m < kVectorItems; ++m) {
-      const std::uint32_t key = OrderedKey<Bits>::from_bits(bits[m]);
-      keys[m] = key;
       const bool inside = ((valid >> m) & 1u) != 0;
-      take |= (inside && key > low ? 1u : 0u) << m;
-      equal += inside && key == low ? 1 : 0;
+      typename LowComparison<Bits>::Compared compared;
+      take |= (inside && low.above(bits[m], &compared) ? 1u : 0u) << m;
+      equal += inside && low.equal(compared) ? 1 : 0;
     }
     append_items<kVectorItems>(
-        take, [&](int m) { return rank_of(keys[m], static_cast<std::uint32_t>(first + m)); },
+        take,
+        [&](int m) {
+          return rank_of(OrderedKey<Bits>::from_bits(bits[m]), static_cast<std::uint32_t>(first + m));
+        },
         sm.candidates, &sm.s.candidate_count, kCandidateCapacity);
   };
 
@@ -442,8 +491,9 @@ __device__ void scan_segment(const Bits* row_bits, int begin, int end, SharedSto
   const int vectors = (count - head) / kVectorItems;
   const int tail_begin = head + vectors * kVectorItems;
   const auto* vector_source = reinterpret_cast<const typename Vector::Type*>(source + head);
-  // Each thread keeps kLoadsAhead vector loads in flight at all times: the
-  // load replacing a vector is issued before that vector is consumed.
+  // Each thread keeps kLoadsAhead vector loads in flight: a slot is reloaded
+  // as soon as its vector is consumed (consuming first lets the reload reuse
+  // the slot's registers).
   typename Vector::Type ahead[kLoadsAhead];
 #pragma unroll
   for (int u = 0; u < kLoadsAhead; ++u) {
@@ -454,14 +504,13 @@ __device__ void scan_segment(const Bits* row_bits, int begin, int end, SharedSto
 #pragma unroll
     for (int u = 0; u < kLoadsAhead; ++u) {
       const int v = base + u * kThreads + static_cast<int>(threadIdx.x);
-      const typename Vector::Type current = ahead[u];
-      const int next = v + kThreads * kLoadsAhead;
-      ahead[u] = next < vectors ? __ldg(vector_source + next) : typename Vector::Type{};
       if (base + u * kThreads < vectors) {
         Bits bits[kVectorItems];
-        Vector::unpack(current, bits);
+        Vector::unpack(ahead[u], bits);
         consume(bits, begin + head + v * kVectorItems, v < vectors ? 0xfu : 0u);
       }
+      const int next = v + kThreads * kLoadsAhead;
+      ahead[u] = next < vectors ? __ldg(vector_source + next) : typename Vector::Type{};
     }
   }
   // The unaligned head and tail: fewer than kVectorItems values each.
@@ -509,16 +558,25 @@ __device__ void merge_group_counts(SharedStorage& sm) {
     }
     sm.totals[bin] = sum;
   }
-  if (threadIdx.x == 0) {
+  if (warp_id() == 0) {
+    // One lane per peer, so the remote reads overlap.
+    const unsigned peer_rank = static_cast<unsigned>(lane_id());
     int equal = 0;
-    int overflow = 0;
-    for (unsigned r = 0; r < group_size; ++r) {
-      const RowShared& peer = Group::remote(&sm, r)->s;
-      equal += peer.equal_count;
-      overflow |= peer.candidate_count > kCandidateCapacity ? 1 : 0;
+    bool overflow = false;
+    if (peer_rank < group_size) {
+      const RowShared& peer = Group::remote(&sm, peer_rank)->s;
+      equal = peer.equal_count;
+      overflow = peer.candidate_count > kCandidateCapacity;
     }
-    sm.totals[0] = equal;
-    sm.s.overflow = overflow;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      equal += __shfl_xor_sync(kFullMask, equal, offset);
+    }
+    overflow = __any_sync(kFullMask, overflow);
+    if (lane_id() == 0) {  // thread 0, which also summed bin 0 above
+      sm.totals[0] = equal;
+      sm.s.overflow = overflow ? 1 : 0;
+    }
   }
   __syncthreads();
 }
