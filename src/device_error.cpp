@@ -41,6 +41,11 @@ Status decode_device_error(const DeviceErrorRecord& record, const char* operatio
       return {ErrorCode::length_out_of_range,
               op + "topk_lens: row " + arg(0) + " has top-k length " + arg(1) +
                   ", beyond its context length " + arg(2)};
+    case kSelectionDisagreement:
+      return {ErrorCode::internal,
+              op + "row " + arg(0) +
+                  ": the selection's counts disagree with its ranks, so the row's indices "
+                  "are not exact (an internal error)"};
     default:
       return {ErrorCode::internal,
               op + "unknown device error record code " + std::to_string(record.code)};

@@ -20,6 +20,7 @@ enum DeviceErrorKind : std::int32_t {
   kScheduleMismatch = 6,        // (worker, unit, chunk)
   kLengthBeyondLogits = 7,      // (row, length, columns)
   kTopkLengthBeyondContext = 8, // (row, topk length, context length)
+  kSelectionDisagreement = 9,   // (row, 0, 0): an internal inconsistency
 };
 
 struct DeviceErrorRecord {

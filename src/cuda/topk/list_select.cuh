@@ -116,9 +116,10 @@ __device__ inline void select_listed_row(const TopkArgs& a, const ListedRanks& s
     return;
   }
   RankRange r{0, ~Rank{0}, a.k};
-  narrow(source, r, a.k, kCandidateCapacity, sm);
+  bool agreed = narrow(source, r, a.k, kCandidateCapacity, sm);
   const int candidates = collect_candidates(source, r.low, sm);
-  narrow(CandidateRanks{sm.candidates, candidates}, r, a.k, -1, sm);
+  agreed = narrow(CandidateRanks{sm.candidates, candidates}, r, a.k, -1, sm) && agreed;
+  if (!agreed) report_disagreement(a, row);
   write_candidates(a, row, length, candidates, r.low, sm, out);
 }
 

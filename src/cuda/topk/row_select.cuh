@@ -712,17 +712,26 @@ __device__ void narrow_once(const Source& source, RankRange& r, SharedStorage& s
 
 // Narrows r until it holds exactly r.needed ranks of the source, or, with
 // fit_total >= 0, until the ranks at or above r.low number at most fit_total.
+// Returns false, rather than loop, when the source disagrees with the counts
+// that led here: one rank value counted more than once (a source that lists a
+// rank twice, after a reported error) or fewer ranks in r than promised.
 template <typename Source>
-__device__ void narrow(const Source& source, RankRange& r, int k, int fit_total,
+__device__ bool narrow(const Source& source, RankRange& r, int k, int fit_total,
                        SharedStorage& sm) {
   for (;;) {
     range_stats(source, r, sm.s);
     const int count = sm.s.range_count;
-    if (count == r.needed || k - r.needed + count <= fit_total) return;
-    // One rank value counted more than once: only a source that lists a rank
-    // twice (after a reported error) gets here; stop rather than loop.
-    if (sm.s.range_min == sm.s.range_max) return;
+    if (count == r.needed || k - r.needed + count <= fit_total) return true;
+    if (sm.s.range_min == sm.s.range_max || count < r.needed) return false;
     narrow_once(source, r, sm);
+  }
+}
+
+// Records that row `row`'s selection stopped on counts that disagree with its
+// ranks: its indices are written but not exact.
+__device__ inline void report_disagreement(const TopkArgs& a, std::int64_t row) {
+  if (threadIdx.x == 0) {
+    record_error(a.error, kSelectionDisagreement, static_cast<std::int32_t>(row), 0, 0);
   }
 }
 
@@ -928,7 +937,7 @@ __device__ void select_row(const TopkArgs& a, std::int64_t row, SharedStorage& s
     // candidates fit, then collect them.
     const RowRanks<Bits> whole_row{bits, length};
     r = {0, ~Rank{0}, a.k};
-    narrow(whole_row, r, a.k, kCandidateCapacity, sm);
+    if (!narrow(whole_row, r, a.k, kCandidateCapacity, sm)) report_disagreement(a, row);
     candidates = collect_candidates(whole_row, r.low, sm);
   } else if (bin == 0) {
     // The k-th largest key is `low`: every candidate wins, then the first
@@ -945,7 +954,9 @@ __device__ void select_row(const TopkArgs& a, std::int64_t row, SharedStorage& s
     r = {static_cast<Rank>(bin_low) << 32, (static_cast<Rank>(bin_high) << 32) | 0xffffffffull,
          a.k - above};
   }
-  narrow(CandidateRanks{sm.candidates, candidates}, r, a.k, -1, sm);
+  if (!narrow(CandidateRanks{sm.candidates, candidates}, r, a.k, -1, sm)) {
+    report_disagreement(a, row);
+  }
   write_candidates(a, row, length, candidates, r.low, sm, out);
 }
 
