@@ -30,6 +30,10 @@ enum class Spread {
   offset,
   low_bits,
   infinities_and_nans,
+  // About 1 in 64 values positive, the rest +0.0, -0.0 (equal to it),
+  // negative denormals and negatives: for rows of 64K positions and k = 2048
+  // the k-th largest value is zero, which the CUDA scan compares as a float.
+  signed_zeros,
   outliers_over_cluster,
   // Uniform values, except positions p with p % 128 < 4, which hold huge
   // (decoys_high) or hugely negative (decoys_low) distinct values: a sample of
@@ -49,6 +53,7 @@ const char* spread_name(Spread s) {
     case Spread::offset: return "offset";
     case Spread::low_bits: return "low_bits";
     case Spread::infinities_and_nans: return "infinities_and_nans";
+    case Spread::signed_zeros: return "signed_zeros";
     case Spread::outliers_over_cluster: return "outliers_over_cluster";
     case Spread::decoys_high: return "decoys_high";
     case Spread::decoys_low: return "decoys_low";
@@ -59,7 +64,8 @@ const char* spread_name(Spread s) {
 constexpr Spread kAllSpreads[] = {Spread::uniform,     Spread::few_values,
                                   Spread::all_equal,   Spread::tiny,
                                   Spread::offset,      Spread::low_bits,
-                                  Spread::infinities_and_nans, Spread::outliers_over_cluster,
+                                  Spread::infinities_and_nans, Spread::signed_zeros,
+                                  Spread::outliers_over_cluster,
                                   Spread::decoys_high, Spread::decoys_low};
 
 constexpr std::int64_t kDecoyPeriod = 128;
@@ -89,6 +95,15 @@ float draw(Spread spread, std::int64_t column, std::mt19937& rng) {
         case 4: return 0.0f;
         case 5: return std::numeric_limits<float>::infinity();
         default: return static_cast<float>(static_cast<int>(rng() % 3) - 1);
+      }
+    }
+    case Spread::signed_zeros: {
+      if (rng() % 64 == 0) return 2.0f + unit(rng);
+      switch (rng() % 4) {
+        case 0: return -0.0f;
+        case 1: return 0.0f;
+        case 2: return -std::numeric_limits<float>::denorm_min() * static_cast<float>(1 + rng() % 4);
+        default: return unit(rng) - 1.5f;
       }
     }
     case Spread::outliers_over_cluster: {
