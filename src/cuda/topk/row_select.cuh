@@ -169,12 +169,6 @@ struct BlockCluster {
 __device__ inline int lane_id() { return static_cast<int>(threadIdx.x) & 31; }
 __device__ inline int warp_id() { return static_cast<int>(threadIdx.x) >> 5; }
 
-__device__ inline unsigned lanes_below() {
-  unsigned mask;
-  asm("mov.u32 %0, %%lanemask_lt;" : "=r"(mask));
-  return mask;
-}
-
 // Appends value_of(m) for every bit m of `take` to out[*counter ...]; the whole
 // warp calls it together. Values past `capacity` are counted, not stored. The
 // order between warps is not fixed: callers sort or compare by rank. A lane's
@@ -194,7 +188,7 @@ __device__ void append_items(unsigned take, ValueOf&& value_of, Rank* out, int* 
   int base = 0;
   if (lane_id() == 0) base = atomicAdd(counter, total);
   base = __shfl_sync(kFullMask, base, 0);
-  const unsigned below = lanes_below();
+  const unsigned below = (1u << lane_id()) - 1u;  // the lanes below this one
 #pragma unroll
   for (int m = 0; m < kItems; ++m) {
     const int slot = base + __popc(taken[m] & below);
