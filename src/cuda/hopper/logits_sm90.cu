@@ -109,11 +109,13 @@ LogitsKernelParams kernel_params(const LogitsProblem& p, const ExecContext& ctx)
 template <int kRows, int kHeads, bool kSelect>
 Status launch(const LogitsKernelParams& params, const ExecContext& ctx, const CUtensorMap& key_map,
               const CUtensorMap& query_map) {
-  constexpr int kSharedBytes = SharedLayout<kRows, kHeads, kSelect>::launch_bytes;
+  using Layout = SharedLayout<kRows, kHeads, kSelect>;
+  constexpr int kSharedBytes = Layout::launch_bytes;
   auto* kernel = &paged_logits_sm90_kernel<kRows, kHeads, kPassColumns, kSelect>;
   DSA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
-  kernel<<<static_cast<unsigned>(params.num_workers), kThreads, kSharedBytes, stream_of(ctx)>>>(
+  kernel<<<static_cast<unsigned>(params.num_workers), Layout::kThreads, kSharedBytes,
+           stream_of(ctx)>>>(
       params, key_map, query_map);
   DSA_CUDA_CHECK_LAUNCH("paged_logits_sm90_kernel");
   return Status::success();

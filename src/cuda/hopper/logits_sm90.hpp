@@ -1,6 +1,6 @@
 // Paged MQA logits on sm_90a: FP8 wgmma with the cache page as the A operand,
 // tensor-copied pages in a multi-stage pipeline, three producer warps and three
-// consumer warpgroups, persistent grid walking the schedule. The native path
+// or four consumer warpgroups, persistent grid walking the schedule. The native path
 // reads each request's keys once for all of its next_n draft rows.
 #pragma once
 

@@ -46,18 +46,29 @@ inline constexpr int kPageKeyBytes = kPageTokens * kHeadDim;
 inline constexpr int kPageScaleBytes = kPageTokens * 4;
 inline constexpr int kPagesPerChunk = kChunkTokens / kPageTokens;
 inline constexpr int kWarpgroupThreads = 128;
-// Three consumers: with two, the tensor cores idle during the epilogues at
-// next_n >= 3. Four also compile without spills (at the 96 registers per
-// thread a 640-thread CTA allows); whether they are faster is not measured.
-inline constexpr int kConsumerWarpgroups = 3;
-inline constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
+// Consumer warpgroups per CTA of the scoring kernel, by the columns of a unit
+// (next_n x H). Above 128 columns a page takes two passes and the epilogues
+// leave the tensor cores idle: a fourth consumer keeps one more page in flight
+// per multiprocessor (4-6 % faster at next_n 3 and 4 on an H200). At 128 or
+// fewer it is ~3 % slower where work is large and ~4 % faster only at the
+// smallest shapes, so these keep three. Four fit the 96 registers a
+// 640-thread CTA allows without spills. The selection kernel keeps three: its
+// selection warp shares the registers evenly with the rest.
+constexpr int consumer_warpgroups(int columns, bool select) {
+  return !select && columns > 128 ? 4 : 3;
+}
 inline constexpr int kProducerWarps = 3;
 inline constexpr int kFillThreads = kWarpgroupThreads - 32 * kProducerWarps;
-// setmaxnreg budgets: 128 * (producer + 3 * consumer) <= 64K registers.
+// setmaxnreg budgets. A CTA of T threads is launched with 64K / T registers
+// per thread (rounded down to 8), and setmaxnreg.inc draws only on what the
+// CTA's own warps gave back with setmaxnreg.dec: a consumer limit above that
+// share waits forever. 3 consumers: 128 at launch, 152 after; 4: 96, 104.
 inline constexpr int kProducerRegisters = 56;
-inline constexpr int kConsumerRegisters = 152;
-static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters) <=
-              64 * 1024);
+constexpr int consumer_registers(int consumers) {
+  const int launch_registers = 64 * 1024 / (kWarpgroupThreads * (1 + consumers)) / 8 * 8;
+  return (launch_registers * (1 + consumers) - kProducerRegisters) / consumers / 8 * 8;
+}
+static_assert(consumer_registers(3) == 152 && consumer_registers(4) == 104);
 inline constexpr int kMaxSharedBytes = 227 * 1024;
 inline constexpr int kMaxStages = 32;
 // Every thread that touched shared data arrives on the barrier that hands it
@@ -129,6 +140,8 @@ struct QueryInfo {
 // stage back.
 template <int kRows, int kHeads, bool kSelect>
 struct SharedLayout {
+  static constexpr int kConsumers = consumer_warpgroups(kRows * kHeads, kSelect);
+  static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumers);
   static constexpr int kQueryBytes = kRows * kHeads * kHeadDim;
   static constexpr int kPageLogitsBytes = kSelect ? kRows * kPageTokens * 4 : 0;
   static constexpr int kFixedBytes = 1024 /* alignment slack */ + 2 * kQueryBytes +
@@ -141,8 +154,8 @@ struct SharedLayout {
   // A multiple of the consumer count, so each consumer warpgroup always meets
   // the same stage slots.
   static constexpr int kStages = (kStagesThatFit < kMaxStages ? kStagesThatFit : kMaxStages) /
-                                 kConsumerWarpgroups * kConsumerWarpgroups;
-  static_assert(kStages >= kConsumerWarpgroups, "shared memory too small for a stage per consumer");
+                                 kConsumers * kConsumers;
+  static_assert(kStages >= kConsumers, "shared memory too small for a stage per consumer");
 
   static constexpr int keys = 0;
   static constexpr int queries = keys + kStages * kPageKeyBytes;
@@ -384,7 +397,7 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
                   generation_pages += pages;
                 });
   if (loads_queries) {
-    for (int consumer = 0; consumer < kConsumerWarpgroups; ++consumer) {
+    for (int consumer = 0; consumer < Layout::kConsumers; ++consumer) {
       push_stage(sequence + consumer, 0, kStageEnd, 0);
     }
   }
@@ -649,7 +662,7 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
   const int warp = thread / 32;
   const int lane = thread % 32;
   int generation = -1;
-  for (int sequence = consumer;; sequence += kConsumerWarpgroups) {
+  for (int sequence = consumer;; sequence += Layout::kConsumers) {
     const int slot = sequence % kStages;
     ptx::mbarrier_wait(&page_full[slot], (sequence / kStages) & 1);
     const StageInfo stage = stage_info[slot];
@@ -748,7 +761,7 @@ __device__ __forceinline__ void select_pages(const LogitsKernelParams& p, unsign
 // kSelect: the selection kernel of the fused index_topk, which writes
 // candidate lists (p.lists) instead of logits.
 template <int kRows, int kHeads, int kPassColumns, bool kSelect>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThreads), 1)
     paged_logits_sm90_kernel(const LogitsKernelParams p, const __grid_constant__ CUtensorMap key_map,
                              const __grid_constant__ CUtensorMap query_map) {
 #if DSA_SM90A_ENABLED
@@ -790,7 +803,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if constexpr (kSelect) select_pages<kRows, kHeads>(p, smem);
     }
   } else {
-    if constexpr (!kSelect) ptx::raise_register_limit<kConsumerRegisters>();
+    if constexpr (!kSelect) ptx::raise_register_limit<consumer_registers(Layout::kConsumers)>();
     consume<kRows, kHeads, kPassColumns, kSelect>(p, smem, warpgroup - 1);
   }
 #else
