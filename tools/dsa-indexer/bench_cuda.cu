@@ -1,6 +1,7 @@
 // CUDA side of the tool's measurements (see device_timing.hpp).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <cuda/ptx>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -47,15 +48,9 @@ class Event {
 // written `ticket` to pinned, mapped memory, or until kHoldLimitNs have passed.
 constexpr unsigned long long kHoldLimitNs = 5'000'000;
 
-__device__ __forceinline__ unsigned long long global_nanoseconds() {
-  unsigned long long now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  return now;
-}
-
 __global__ void hold_stream_kernel(const volatile unsigned* released, unsigned ticket) {
-  const unsigned long long start = global_nanoseconds();
-  while (*released < ticket && global_nanoseconds() - start < kHoldLimitNs) __nanosleep(500);
+  const unsigned long long start = cuda::ptx::get_sreg_globaltimer();
+  while (*released < ticket && cuda::ptx::get_sreg_globaltimer() - start < kHoldLimitNs) __nanosleep(500);
 }
 
 // Holds a stream at a point until the host releases it (see time_device_runs).
