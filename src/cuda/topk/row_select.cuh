@@ -173,27 +173,30 @@ __device__ inline int warp_id() { return static_cast<int>(threadIdx.x) >> 5; }
 // warp calls it together. Values past `capacity` are counted, not stored. The
 // order between warps is not fixed: callers sort or compare by rank. A lane's
 // slots come from one ballot per item (no scan across lanes) and the warp
-// reserves them with one shared-memory atomic.
+// reserves them with one shared-memory atomic. A lane's values take
+// consecutive slots, so each store needs only a predicate, not a branch.
 template <int kItems, typename ValueOf>
 __device__ void append_items(unsigned take, ValueOf&& value_of, Rank* out, int* counter,
                              int capacity) {
+  const unsigned below = (1u << lane_id()) - 1u;  // the lanes below this one
   unsigned taken[kItems];
+  int before = 0;
   int total = 0;
 #pragma unroll
   for (int m = 0; m < kItems; ++m) {
     taken[m] = __ballot_sync(kFullMask, ((take >> m) & 1u) != 0);
+    before += __popc(taken[m] & below);
     total += __popc(taken[m]);
   }
   if (total == 0) return;
   int base = 0;
   if (lane_id() == 0) base = atomicAdd(counter, total);
-  base = __shfl_sync(kFullMask, base, 0);
-  const unsigned below = (1u << lane_id()) - 1u;  // the lanes below this one
+  int slot = __shfl_sync(kFullMask, base, 0) + before;
 #pragma unroll
   for (int m = 0; m < kItems; ++m) {
-    const int slot = base + __popc(taken[m] & below);
-    if (((take >> m) & 1u) != 0 && slot < capacity) out[slot] = value_of(m);
-    base += __popc(taken[m]);
+    const bool mine = ((take >> m) & 1u) != 0;
+    if (mine && slot < capacity) out[slot] = value_of(m);
+    slot += mine ? 1 : 0;
   }
 }
 
@@ -439,6 +442,15 @@ struct LowComparison<std::uint32_t> {
     return *value > low;
   }
   __device__ bool equal(float value) const { return value == low; }
+  // Rank of a value above `low` (so not NaN): adding +0.0 turns -0.0 into
+  // +0.0, then the key is the bits with the sign flipped (all bits for
+  // negatives), as OrderedKey gives.
+  __device__ static Rank rank(float value, std::uint32_t position) {
+    const std::uint32_t bits = __float_as_uint(__fadd_rn(value, 0.0f));
+    const auto sign_fill = static_cast<std::uint32_t>(static_cast<std::int32_t>(bits) >> 31);
+    const std::uint32_t key = bits ^ (sign_fill | 0x80000000u);
+    return rank_of(key, position);
+  }
 };
 template <>
 struct LowComparison<std::uint16_t> {
@@ -450,6 +462,9 @@ struct LowComparison<std::uint16_t> {
     return *key > low;
   }
   __device__ bool equal(std::uint32_t key) const { return key == low; }
+  __device__ static Rank rank(std::uint32_t key, std::uint32_t position) {
+    return rank_of(key, position);
+  }
 };
 
 // Step 2 over positions [begin, end) of the row, with vector loads; only
@@ -458,21 +473,23 @@ template <typename Bits>
 __device__ void scan_segment(const Bits* row_bits, int begin, int end, SharedStorage& sm) {
   using Vector = VectorOf<Bits>;
   const LowComparison<Bits> low(sm.s.window_low);
+  using Compared = typename LowComparison<Bits>::Compared;
   int equal = 0;
-  // bits[m] is at position first + m when bit m of `valid` is set.
+  // bits[m] is at position first + m when bit m of `valid` is set (all of
+  // them inside the vector loop, which then needs no masks).
   const auto consume = [&](const Bits (&bits)[kVectorItems], int first, unsigned valid) {
     unsigned take = 0;
+    Compared compared[kVectorItems];
 #pragma unroll
     for (int m = 0; m < kVectorItems; ++m) {
       const bool inside = ((valid >> m) & 1u) != 0;
-      typename LowComparison<Bits>::Compared compared;
-      take |= (inside && low.above(bits[m], &compared) ? 1u : 0u) << m;
-      equal += inside && low.equal(compared) ? 1 : 0;
+      take |= (low.above(bits[m], &compared[m]) && inside ? 1u : 0u) << m;
+      equal += low.equal(compared[m]) && inside ? 1 : 0;
     }
     append_items<kVectorItems>(
         take,
         [&](int m) {
-          return rank_of(OrderedKey<Bits>::from_bits(bits[m]), static_cast<std::uint32_t>(first + m));
+          return LowComparison<Bits>::rank(compared[m], static_cast<std::uint32_t>(first + m));
         },
         sm.candidates, &sm.s.candidate_count, kCandidateCapacity);
   };
@@ -498,10 +515,15 @@ __device__ void scan_segment(const Bits* row_bits, int begin, int end, SharedSto
 #pragma unroll
     for (int u = 0; u < kLoadsAhead; ++u) {
       const int v = base + u * kThreads + static_cast<int>(threadIdx.x);
-      if (base + u * kThreads < vectors) {
+      const auto consume_loaded = [&](unsigned valid) {
         Bits bits[kVectorItems];
         Vector::unpack(ahead[u], bits);
-        consume(bits, begin + head + v * kVectorItems, v < vectors ? 0xfu : 0u);
+        consume(bits, begin + head + v * kVectorItems, valid);
+      };
+      if (base + (u + 1) * kThreads <= vectors) {
+        consume_loaded(0xfu);  // every thread has a vector: no masks
+      } else if (base + u * kThreads < vectors) {
+        consume_loaded(v < vectors ? 0xfu : 0u);
       }
       const int next = v + kThreads * kLoadsAhead;
       ahead[u] = next < vectors ? __ldg(vector_source + next) : typename Vector::Type{};
