@@ -12,8 +12,8 @@
 //     are split into 2047 equal bins; so the bins adapt to the row's value
 //     range (narrow, offset or spread alike).
 //  2. One pass over the segment, straight from global memory: keys above
-//     `low` are appended to a candidate list in shared memory and then counted
-//     per bin from the list; keys equal to `low` are only counted (bin 0), so
+//     `low` are appended to a candidate list in shared memory (each warp to
+//     its own slice, packed afterwards) and then counted per bin from the list; keys equal to `low` are only counted (bin 0), so
 //     heavy ties and constant rows cost nothing here.
 //  3. The group's first CTA sums the counts, finds the bin holding the k-th
 //     largest key and gathers the candidates at or above that bin.
@@ -56,6 +56,9 @@ inline constexpr int kBins = 2048;
 // Candidates one CTA can hold: room for the ~k + 5% of a segment expected
 // above `low` for segments up to ~128K positions.
 inline constexpr int kCandidateCapacity = 6144;
+// During the scan each warp appends to its own slice of the list, so that no
+// atomic is needed; the slices are packed together afterwards.
+inline constexpr int kWarpCapacity = kCandidateCapacity / kWarps;
 // Longest row whose winners are put in position order through a bitmap
 // (one bit per position, over the staging area) rather than sorted.
 inline constexpr int kBitmapPositions = kMaxTopk * 64;
@@ -111,6 +114,7 @@ struct RowShared {
   std::uint32_t sample_max;
   int window_shift;
   int candidate_count;  // appended by this CTA; may exceed the capacity
+  int warp_fill[kWarps];  // the scan's candidates per warp slice (may exceed it)
   int equal_count;      // keys equal to window_low in this CTA's segment
   int kept;             // list length while compacting or collecting
   int staged_count;
@@ -169,15 +173,15 @@ struct BlockCluster {
 __device__ inline int lane_id() { return static_cast<int>(threadIdx.x) & 31; }
 __device__ inline int warp_id() { return static_cast<int>(threadIdx.x) >> 5; }
 
-// Appends value_of(m) for every bit m of `take` to out[*counter ...]; the whole
-// warp calls it together. Values past `capacity` are counted, not stored. The
-// order between warps is not fixed: callers sort or compare by rank. A lane's
-// slots come from one ballot per item (no scan across lanes) and the warp
-// reserves them with one shared-memory atomic. A lane's values take
-// consecutive slots, so each store needs only a predicate, not a branch.
-template <int kItems, typename ValueOf>
-__device__ void append_items(unsigned take, ValueOf&& value_of, Rank* out, int* counter,
-                             int capacity) {
+// Appends value_of(m) for every bit m of `take` to out[reserve(total) ...],
+// where total is the warp's number of values; the whole warp calls it
+// together, and reserve returns the same first slot to every lane. Values past
+// `capacity` are not stored. A lane's slots come from one ballot per item (no
+// scan across lanes); its values take consecutive slots, so each store needs
+// only a predicate, not a branch.
+template <int kItems, typename ValueOf, typename Reserve>
+__device__ void append_reserved(unsigned take, ValueOf&& value_of, Rank* out, Reserve&& reserve,
+                                int capacity) {
   const unsigned below = (1u << lane_id()) - 1u;  // the lanes below this one
   unsigned taken[kItems];
   int before = 0;
@@ -189,15 +193,28 @@ __device__ void append_items(unsigned take, ValueOf&& value_of, Rank* out, int* 
     total += __popc(taken[m]);
   }
   if (total == 0) return;
-  int base = 0;
-  if (lane_id() == 0) base = atomicAdd(counter, total);
-  int slot = __shfl_sync(kFullMask, base, 0) + before;
+  int slot = reserve(total) + before;
 #pragma unroll
   for (int m = 0; m < kItems; ++m) {
     const bool mine = ((take >> m) & 1u) != 0;
     if (mine && slot < capacity) out[slot] = value_of(m);
     slot += mine ? 1 : 0;
   }
+}
+
+// append_reserved to out[*counter ...], shared by the CTA's warps: each warp
+// reserves its slots with one shared-memory atomic, so the order between
+// warps is not fixed (callers sort or compare by rank). Values past
+// `capacity` are counted, not stored.
+template <int kItems, typename ValueOf>
+__device__ void append_items(unsigned take, ValueOf&& value_of, Rank* out, int* counter,
+                             int capacity) {
+  const auto reserve_shared = [counter](int total) {
+    int base = 0;
+    if (lane_id() == 0) base = atomicAdd(counter, total);
+    return __shfl_sync(kFullMask, base, 0);
+  };
+  append_reserved<kItems>(take, value_of, out, reserve_shared, capacity);
 }
 
 // append_items for one value per lane.
@@ -475,6 +492,14 @@ __device__ void scan_segment(const Bits* row_bits, int begin, int end, SharedSto
   const LowComparison<Bits> low(sm.s.window_low);
   using Compared = typename LowComparison<Bits>::Compared;
   int equal = 0;
+  // This warp's slice of the list and its fill (the same in every lane).
+  Rank* const slice = sm.candidates + warp_id() * kWarpCapacity;
+  int fill = 0;
+  const auto reserve_in_slice = [&fill](int total) {
+    const int first = fill;
+    fill += total;
+    return first;
+  };
   // bits[m] is at position first + m when bit m of `valid` is set (all of
   // them inside the vector loop, which then needs no masks).
   const auto consume = [&](const Bits (&bits)[kVectorItems], int first, unsigned valid) {
@@ -486,12 +511,12 @@ __device__ void scan_segment(const Bits* row_bits, int begin, int end, SharedSto
       take |= (low.above(bits[m], &compared[m]) && inside ? 1u : 0u) << m;
       equal += low.equal(compared[m]) && inside ? 1 : 0;
     }
-    append_items<kVectorItems>(
+    append_reserved<kVectorItems>(
         take,
         [&](int m) {
           return LowComparison<Bits>::rank(compared[m], static_cast<std::uint32_t>(first + m));
         },
-        sm.candidates, &sm.s.candidate_count, kCandidateCapacity);
+        slice, reserve_in_slice, kWarpCapacity);
   };
 
   const Bits* source = row_bits + begin;
@@ -546,7 +571,47 @@ __device__ void scan_segment(const Bits* row_bits, int begin, int end, SharedSto
   for (int offset = 16; offset > 0; offset >>= 1) {
     equal += __shfl_xor_sync(kFullMask, equal, offset);
   }
-  if (lane_id() == 0 && equal > 0) atomicAdd(&sm.s.equal_count, equal);
+  if (lane_id() == 0) {
+    if (equal > 0) atomicAdd(&sm.s.equal_count, equal);
+    sm.s.warp_fill[warp_id()] = fill;
+  }
+}
+
+// Packs the scan's warp slices into one list at the front of `candidates` and
+// sets candidate_count: their total, or more than the capacity when a slice
+// overflowed (then the row takes the slow path, which does not read the list).
+__device__ inline void pack_warp_slices(SharedStorage& sm) {
+  constexpr int kSlotsPerThread = kCandidateCapacity / kThreads;
+  __syncthreads();  // every slice and fill is written
+  if (warp_id() == 0) {
+    const int fill = lane_id() < kWarps ? sm.s.warp_fill[lane_id()] : 0;
+    const int kept = min(fill, kWarpCapacity);
+    const int end = warp_inclusive_sum(kept);
+    const bool overflow = __any_sync(kFullMask, fill > kWarpCapacity);
+    __syncwarp();
+    if (lane_id() < kWarps) sm.s.warp_fill[lane_id()] = end - kept;  // now the slice's new start
+    if (lane_id() == 31) sm.s.candidate_count = overflow ? kCandidateCapacity + 1 : end;
+  }
+  // Read every kept entry and its destination before any is overwritten.
+  Rank values[kSlotsPerThread];
+  int destinations[kSlotsPerThread];
+  __syncthreads();
+  const int packed = sm.s.candidate_count;
+  if (packed > kCandidateCapacity) return;  // the slow path ignores the list
+#pragma unroll
+  for (int i = 0; i < kSlotsPerThread; ++i) {
+    const int slot = i * kThreads + static_cast<int>(threadIdx.x);
+    const int slice = slot / kWarpCapacity;
+    const int destination = sm.s.warp_fill[slice] + slot % kWarpCapacity;
+    const int slice_end = slice + 1 < kWarps ? sm.s.warp_fill[slice + 1] : packed;
+    destinations[i] = destination < slice_end ? destination : -1;
+    values[i] = destinations[i] >= 0 ? sm.candidates[slot] : Rank{0};
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < kSlotsPerThread; ++i) {
+    if (destinations[i] >= 0) sm.candidates[destinations[i]] = values[i];
+  }
 }
 
 // Counts this CTA's candidates per window bin (into a cleared histogram).
@@ -905,7 +970,6 @@ __device__ void select_row(const TopkArgs& a, std::int64_t row, SharedStorage& s
 
   const Bits* bits = static_cast<const Bits*>(a.logits) + row * a.logits_stride;
   if (threadIdx.x == 0) {
-    sm.s.candidate_count = 0;
     sm.s.equal_count = 0;
     sm.s.sample_min = ~0u;
     sm.s.sample_max = 0;
@@ -920,6 +984,7 @@ __device__ void select_row(const TopkArgs& a, std::int64_t row, SharedStorage& s
   const int begin = static_cast<int>(min(group_rank * share, static_cast<std::int64_t>(length)));
   const int end = static_cast<int>(min(begin + share, static_cast<std::int64_t>(length)));
   scan_segment(bits, begin, end, sm);
+  pack_warp_slices(sm);
   count_candidates(sm);
   Group::sync();  // every CTA's counts and candidates are complete
 
