@@ -15,8 +15,9 @@
 //     `low` are appended to a candidate list in shared memory (each warp to
 //     its own slice, packed afterwards) and then counted per bin from the list; keys equal to `low` are only counted (bin 0), so
 //     heavy ties and constant rows cost nothing here.
-//  3. The group's first CTA sums the counts, finds the bin holding the k-th
-//     largest key and gathers the candidates at or above that bin.
+//  3. The CTAs of a group sum the counts (each a share of the bins, for
+//     all), find the bin holding the k-th largest key and move the candidates
+//     at or above that bin to the group's first CTA.
 //  4. It narrows [low, high] of the ranks among those few candidates until
 //     exactly the missing winners lie inside, and writes the winners in
 //     position order (through a bitmap of the row, or a sort beyond
@@ -105,7 +106,7 @@ inline TopkArgs topk_args(const TopkProblem& p, DeviceErrorRecord* error) {
 }
 
 // Per-CTA scalars; candidate_count and equal_count are read by the group's
-// first CTA.
+// other CTAs, pushed is advanced by them.
 struct RowShared {
   int warp_sums[kWarps];
   std::uint32_t window_low;
@@ -116,7 +117,9 @@ struct RowShared {
   int candidate_count;  // appended by this CTA; may exceed the capacity
   int warp_fill[kWarps];  // the scan's candidates per warp slice (may exceed it)
   int equal_count;      // keys equal to window_low in this CTA's segment
-  int kept;             // list length while compacting or collecting
+  int kept;             // list length while collecting
+  int pushed;           // candidates the group has moved to this (first) CTA
+  int first_count;      // candidate_count of the group's first CTA
   int staged_count;
   int found_bin;
   int found_above;
@@ -627,17 +630,25 @@ __device__ inline void count_candidates(SharedStorage& sm) {
 }
 
 // Step 3, every CTA alike: the group's bin counts in `totals` (bin 0: keys
-// equal to `low`) and whether any CTA's candidate list overflowed.
+// equal to `low`), whether any CTA's candidate list overflowed and the first
+// CTA's list length. Each CTA sums its share of the bins over the group and
+// stores the sums in every CTA, so no CTA reads all of its peers' counts.
 template <typename Group>
 __device__ void merge_group_counts(SharedStorage& sm) {
   const unsigned group_size = Group::size();
-  for (int bin = static_cast<int>(threadIdx.x); bin < kBins; bin += kThreads) {
+  const int share = (kBins - 1 + static_cast<int>(group_size) - 1) / static_cast<int>(group_size);
+  const int first_bin = 1 + static_cast<int>(Group::rank()) * share;
+  const int end_bin = min(kBins, first_bin + share);
+  for (int bin = first_bin + static_cast<int>(threadIdx.x); bin < end_bin; bin += kThreads) {
     int sum = 0;
 #pragma unroll
     for (unsigned r = 0; r < kMaxGroupSize; ++r) {
       if (r < group_size) sum += Group::remote(&sm, r)->histogram[bin];
     }
-    sm.totals[bin] = sum;
+#pragma unroll
+    for (unsigned r = 0; r < kMaxGroupSize; ++r) {
+      if (r < group_size) Group::remote(&sm, r)->totals[bin] = sum;
+    }
   }
   if (warp_id() == 0) {
     // One lane per peer, so the remote reads overlap.
@@ -648,46 +659,33 @@ __device__ void merge_group_counts(SharedStorage& sm) {
       const RowShared& peer = Group::remote(&sm, peer_rank)->s;
       equal = peer.equal_count;
       overflow = peer.candidate_count > kCandidateCapacity;
+      if (peer_rank == 0) sm.s.first_count = peer.candidate_count;
     }
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) {
       equal += __shfl_xor_sync(kFullMask, equal, offset);
     }
     overflow = __any_sync(kFullMask, overflow);
-    if (lane_id() == 0) {  // thread 0, which also summed bin 0 above
+    if (lane_id() == 0) {
       sm.totals[0] = equal;
       sm.s.overflow = overflow ? 1 : 0;
     }
   }
-  __syncthreads();
+  Group::sync();  // every share of the totals has landed in every CTA
 }
 
-// Keeps in place the candidates ranked at or above `floor`; returns their
-// number. Each round is read before any of it is overwritten, and the kept
-// entries never pass the end of the round.
-__device__ inline int compact_candidates(SharedStorage& sm, Rank floor) {
-  const int own = min(sm.s.candidate_count, kCandidateCapacity);
-  if (threadIdx.x == 0) sm.s.kept = 0;
-  __syncthreads();
-  for (int base = 0; base < own; base += kThreads) {
-    const int i = base + static_cast<int>(threadIdx.x);
-    const Rank value = i < own ? sm.candidates[i] : Rank{0};
-    __syncthreads();
-    append(i < own && value >= floor, value, sm.candidates, &sm.s.kept, kCandidateCapacity);
-    __syncthreads();
-  }
-  return sm.s.kept;
-}
-
-// Appends this CTA's first `count` candidates to the list of the group's
-// first CTA (the caller has checked that they fit).
+// Appends this CTA's candidates ranked at or above `floor` to the group's
+// first CTA's list, from slot `start` on (the caller has checked that they
+// fit and that the first CTA's own candidates lie below `start`).
 template <typename Group>
-__device__ void push_candidates(SharedStorage& sm, int count) {
+__device__ void push_candidates(SharedStorage& sm, Rank floor, int start) {
   SharedStorage* first = Group::remote(&sm, 0);
+  const int count = min(sm.s.candidate_count, kCandidateCapacity);
   for (int base = 0; base < count; base += kThreads) {
     const int i = base + static_cast<int>(threadIdx.x);
-    append(i < count, i < count ? sm.candidates[i] : Rank{0}, first->candidates, &first->s.kept,
-           kCandidateCapacity);
+    const Rank value = i < count ? sm.candidates[i] : Rank{0};
+    append(i < count && value >= floor, value, first->candidates + start, &first->s.pushed,
+           kCandidateCapacity - start);
   }
 }
 
@@ -832,13 +830,13 @@ __device__ int collect_candidates(const Source& source, Rank floor, SharedStorag
 // the winners' positions are marked in a bitmap that each thread then reads
 // in order over its own run of words.
 __device__ inline int write_in_position_order(const TopkArgs& a, std::int64_t row, int length,
-                                              int candidates, Rank floor, SharedStorage& sm,
-                                              std::int32_t* out) {
+                                              const CandidateRanks& list, Rank floor,
+                                              SharedStorage& sm, std::int32_t* out) {
   const int words = (length + 31) / 32;
   for (int w = static_cast<int>(threadIdx.x); w < words; w += kThreads) sm.bitmap[w] = 0;
   __syncthreads();
-  for (int i = static_cast<int>(threadIdx.x); i < candidates; i += kThreads) {
-    const Rank v = sm.candidates[i];
+  for (int i = static_cast<int>(threadIdx.x); i < list.count; i += kThreads) {
+    const Rank v = list.ranks[i];
     if (v >= floor) {
       const std::uint32_t p = position_of(v);
       atomicOr(&sm.bitmap[p >> 5], 1u << (p & 31u));
@@ -865,14 +863,14 @@ __device__ inline int write_in_position_order(const TopkArgs& a, std::int64_t ro
 // out[0, count) in position order, or in rank order for sorted output;
 // returns count.
 __device__ inline int write_candidates(const TopkArgs& a, std::int64_t row, int length,
-                                       int candidates, Rank floor, SharedStorage& sm,
+                                       const CandidateRanks& list, Rank floor, SharedStorage& sm,
                                        std::int32_t* out) {
   if (!a.sorted && length <= kBitmapPositions) {
-    return write_in_position_order(a, row, length, candidates, floor, sm, out);
+    return write_in_position_order(a, row, length, list, floor, sm, out);
   }
   if (threadIdx.x == 0) sm.s.staged_count = 0;
   __syncthreads();
-  CandidateRanks{sm.candidates, candidates}.for_each([&](Rank v, bool valid) {
+  list.for_each([&](Rank v, bool valid) {
     // Sorted ascending below: ~rank puts the best first; both forms keep
     // the position in their low 32 bits.
     append(valid && v >= floor, a.sorted ? ~v : static_cast<Rank>(position_of(v)), sm.staged,
@@ -971,6 +969,7 @@ __device__ void select_row(const TopkArgs& a, std::int64_t row, SharedStorage& s
   const Bits* bits = static_cast<const Bits*>(a.logits) + row * a.logits_stride;
   if (threadIdx.x == 0) {
     sm.s.equal_count = 0;
+    sm.s.pushed = 0;
     sm.s.sample_min = ~0u;
     sm.s.sample_max = 0;
   }
@@ -994,22 +993,25 @@ __device__ void select_row(const TopkArgs& a, std::int64_t row, SharedStorage& s
   find_threshold_bin(sm.totals, a.k, sm.s);
   const int bin = sm.s.found_bin;
   const int above = sm.s.found_above;
-  const bool gathered = bin >= 0 && sm.s.overflow == 0 &&
-                        above + (bin > 0 ? sm.s.found_count : 0) <= kCandidateCapacity;
-  int candidates = min(sm.s.candidate_count, kCandidateCapacity);
+  // The candidates at or above the threshold's bin: all of the list of a
+  // single CTA; a group's move to the end of its first CTA's list, above the
+  // candidates that list still holds.
+  const int winners_and_bin = above + (bin > 0 ? sm.s.found_count : 0);
+  const bool gathered =
+      bin >= 0 && sm.s.overflow == 0 &&
+      winners_and_bin + (group_size > 1 ? sm.s.first_count : 0) <= kCandidateCapacity;
+  CandidateRanks list{sm.candidates, min(sm.s.candidate_count, kCandidateCapacity)};
   if (group_size > 1) {
-    // The candidates at or above the threshold's bin move to the first CTA.
+    const int start = kCandidateCapacity - winners_and_bin;
     if (gathered) {
       const std::uint64_t floor_key =
           bin == 0 ? std::uint64_t{low} + 1
                    : std::uint64_t{low} + 1 + (static_cast<std::uint64_t>(bin - 1) << shift);
-      candidates = compact_candidates(sm, static_cast<Rank>(floor_key) << 32);
+      push_candidates<Group>(sm, static_cast<Rank>(floor_key) << 32, start);
     }
-    Group::sync();  // the first CTA's list is compacted, its `kept` final
-    if (gathered && group_rank != 0) push_candidates<Group>(sm, candidates);
     Group::sync();  // every push has landed; no CTA reads another's memory
     if (group_rank != 0) return;
-    candidates = sm.s.kept;
+    list = {sm.candidates + start, min(sm.s.pushed, winners_and_bin)};
   }
 
   RankRange r{};
@@ -1019,11 +1021,11 @@ __device__ void select_row(const TopkArgs& a, std::int64_t row, SharedStorage& s
     const RowRanks<Bits> whole_row{bits, length};
     r = {0, ~Rank{0}, a.k};
     if (!narrow(whole_row, r, a.k, kCandidateCapacity, sm)) report_disagreement(a, row);
-    candidates = collect_candidates(whole_row, r.low, sm);
+    list = {sm.candidates, collect_candidates(whole_row, r.low, sm)};
   } else if (bin == 0) {
     // The k-th largest key is `low`: every candidate wins, then the first
     // equal keys in position order.
-    const int written = write_candidates(a, row, length, candidates, 0, sm, out);
+    const int written = write_candidates(a, row, length, list, 0, sm, out);
     write_equal_positions(a, row, bits, length, low, a.k - written, out + written, sm.s);
     return;
   } else {
@@ -1035,10 +1037,10 @@ __device__ void select_row(const TopkArgs& a, std::int64_t row, SharedStorage& s
     r = {static_cast<Rank>(bin_low) << 32, (static_cast<Rank>(bin_high) << 32) | 0xffffffffull,
          a.k - above};
   }
-  if (!narrow(CandidateRanks{sm.candidates, candidates}, r, a.k, -1, sm)) {
+  if (!narrow(list, r, a.k, -1, sm)) {
     report_disagreement(a, row);
   }
-  write_candidates(a, row, length, candidates, r.low, sm, out);
+  write_candidates(a, row, length, list, r.low, sm, out);
 }
 
 }  // namespace dsa::detail::cuda::topk_impl
