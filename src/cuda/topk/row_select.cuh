@@ -65,6 +65,8 @@ inline constexpr int kWarpCapacity = kCandidateCapacity / kWarps;
 inline constexpr int kBitmapPositions = kMaxTopk * 64;
 inline constexpr int kVectorItems = 4;  // values per vector load
 inline constexpr int kLoadsAhead = 4;   // loads each thread keeps in flight
+// Sample keys a window bin may hold and still give `low` without refinement.
+inline constexpr int kCoarseBinSamples = 4;
 
 using RankSort = cub::BlockRadixSort<Rank, kThreads, kItemsPerThread>;
 
@@ -105,6 +107,14 @@ inline TopkArgs topk_args(const TopkProblem& p, DeviceErrorRecord* error) {
   return args;
 }
 
+// Bin holding the target-th largest counted element (-1 when fewer are
+// counted), how many lie above it and how many in it.
+struct FoundBin {
+  int bin;
+  int above;
+  int count;
+};
+
 // Per-CTA scalars; candidate_count and equal_count are read by the group's
 // other CTAs, pushed is advanced by them.
 struct RowShared {
@@ -121,9 +131,7 @@ struct RowShared {
   int pushed;           // candidates the group has moved to this (first) CTA
   int first_count;      // candidate_count of the group's first CTA
   int staged_count;
-  int found_bin;
-  int found_above;
-  int found_count;
+  FoundBin found[2];
   int overflow;
   int range_count;
   Rank range_min;
@@ -256,12 +264,15 @@ __device__ inline void add_to_histogram(int* histogram, bool active, int bin) {
   }
 }
 
-// Finds the bin, scanning from the largest down, that holds the target-th
-// largest element: above < target <= above + count. found_bin stays -1 when
-// the histogram holds fewer than `target` elements.
-__device__ inline void find_threshold_bin(const int* histogram, int target, RowShared& s) {
+// Finds, for each target, the bin (scanning from the largest down) that holds
+// the target-th largest element: above < target <= above + count. One prefix
+// sum serves every target.
+template <int kTargets>
+__device__ void find_threshold_bins(const int* histogram, const int (&targets)[kTargets],
+                                    RowShared& s, FoundBin (&found)[kTargets]) {
+  static_assert(kTargets <= 2, "RowShared holds two results");
   constexpr int kBinsPerThread = kBins / kThreads;
-  if (threadIdx.x == 0) s.found_bin = -1;
+  if (threadIdx.x < kTargets) s.found[threadIdx.x] = FoundBin{-1, 0, 0};
   const int top = kBins - 1 - static_cast<int>(threadIdx.x) * kBinsPerThread;
   int counts[kBinsPerThread];
   int sum = 0;
@@ -271,17 +282,28 @@ __device__ inline void find_threshold_bin(const int* histogram, int target, RowS
     sum += counts[m];
   }
   int total = 0;
-  int above = block_exclusive_sum(sum, s.warp_sums, &total);
+  int above = block_exclusive_sum(sum, s.warp_sums, &total);  // also orders the reset above
 #pragma unroll
   for (int m = 0; m < kBinsPerThread; ++m) {
-    if (above < target && above + counts[m] >= target) {
-      s.found_bin = top - m;
-      s.found_above = above;
-      s.found_count = counts[m];
+#pragma unroll
+    for (int t = 0; t < kTargets; ++t) {
+      if (above < targets[t] && above + counts[m] >= targets[t]) {
+        s.found[t] = FoundBin{top - m, above, counts[m]};
+      }
     }
     above += counts[m];
   }
   __syncthreads();
+#pragma unroll
+  for (int t = 0; t < kTargets; ++t) found[t] = s.found[t];
+  __syncthreads();  // every thread has read the results before a later search resets them
+}
+
+__device__ inline FoundBin find_threshold_bin(const int* histogram, int target, RowShared& s) {
+  const int targets[1] = {target};
+  FoundBin found[1];
+  find_threshold_bins(histogram, targets, s, found);
+  return found[0];
 }
 
 __device__ inline void record_error(DeviceErrorRecord* record, std::int32_t code, std::int32_t a0,
@@ -332,25 +354,15 @@ __device__ inline void histogram_of_sample(const std::uint32_t (&keys)[kItemsPer
   __syncthreads();
 }
 
-// Bin holding the target-th largest counted element, and how many lie above it.
-struct FoundBin {
-  int bin;
-  int above;
-};
-__device__ inline FoundBin find_bin(int target, SharedStorage& sm) {
-  find_threshold_bin(sm.histogram, target, sm.s);
-  const FoundBin found{sm.s.found_bin, sm.s.found_above};
-  __syncthreads();  // before the next search resets found_bin
-  return found;
-}
-
 // Sets the window from a sample of the whole row, 4 neighbours at each of
 // kThreads evenly spaced places (identical in every CTA of the group): `low`
-// is (to within 1/2^22 of the sample's range) the sample's b-th largest key,
+// is the sample's b-th largest key (to within 1/2^22 of the sample's range,
+// or the foot of a 1/2^11 bin holding at most kCoarseBinSamples sample keys),
 // with b a few standard deviations above the number of winners expected in
-// the sample; `high` is at or above its (expected / 4)-th largest. Two
-// histogram levels over the sample's own range find both, so the window
-// adapts to narrow, offset and spread rows alike.
+// the sample; `high` is at or above its (expected / 4)-th largest. One
+// histogram over the sample's own range finds both (a second level refines
+// `low` in a crowded bin), so the window adapts to narrow, offset and spread
+// rows alike.
 template <typename Bits>
 __device__ void choose_window(const Bits* bits, int length, int k, SharedStorage& sm) {
   const std::int64_t start = static_cast<std::int64_t>(threadIdx.x) * length / kThreads;
@@ -385,19 +397,27 @@ __device__ void choose_window(const Bits* bits, int length, int k, SharedStorage
   const int bottom =
       min(expected + 4 * static_cast<int>(sqrtf(static_cast<float>(expected))) + 16,
           kSampleSize - 1);
-  const FoundBin top_bin = find_bin(top + 1, sm);
+  const int targets[2] = {top + 1, bottom + 1};
+  FoundBin found[2];
+  find_threshold_bins(sm.histogram, targets, sm.s, found);
+  const FoundBin& top_bin = found[0];
+  const FoundBin& bottom_bin = found[1];
   const std::uint64_t high = min(
       std::uint64_t{base} + ((static_cast<std::uint64_t>(top_bin.bin) + 1) << shift) - 1,
       std::uint64_t{0xffffffffu});
-  const FoundBin bottom_bin = find_bin(bottom + 1, sm);
-  // Refine `low` within its bin.
   const std::uint32_t bin_base =
       base + static_cast<std::uint32_t>(static_cast<std::uint64_t>(bottom_bin.bin) << shift);
-  const int fine_shift = max(0, shift - 11);
-  histogram_of_sample(keys, bin_base, std::uint64_t{1} << shift, fine_shift, sm);
-  const FoundBin fine_bin = find_bin(bottom + 1 - bottom_bin.above, sm);
-  std::uint32_t low =
-      bin_base + static_cast<std::uint32_t>(static_cast<std::uint64_t>(fine_bin.bin) << fine_shift);
+  std::uint32_t low = bin_base;
+  // Refine `low` within its bin when the bin is crowded (narrow or tied
+  // values). A bin of a few sample keys is left whole: it adds about
+  // kCoarseBinSamples / kSampleSize of the row to the candidates at most.
+  if (shift > 0 && bottom_bin.count > kCoarseBinSamples) {
+    const int fine_shift = max(0, shift - 11);
+    histogram_of_sample(keys, bin_base, std::uint64_t{1} << shift, fine_shift, sm);
+    const FoundBin fine_bin =
+        find_threshold_bin(sm.histogram, bottom + 1 - bottom_bin.above, sm.s);
+    low += static_cast<std::uint32_t>(static_cast<std::uint64_t>(fine_bin.bin) << fine_shift);
+  }
   // The key just below +0.0's belongs to no value (-0.0 takes +0.0's key),
   // and the scan cannot compare floats with it (LowComparison); the key
   // below it serves as well.
@@ -782,11 +802,10 @@ __device__ void narrow_once(const Source& source, RankRange& r, SharedStorage& s
     add_to_histogram(sm.histogram, inside, inside ? static_cast<int>((v - low) >> shift) : 0);
   });
   __syncthreads();
-  find_threshold_bin(sm.histogram, r.needed, sm.s);
-  r.needed -= sm.s.found_above;
-  r.low = low + (static_cast<Rank>(sm.s.found_bin) << shift);
+  const FoundBin found = find_threshold_bin(sm.histogram, r.needed, sm.s);
+  r.needed -= found.above;
+  r.low = low + (static_cast<Rank>(found.bin) << shift);
   r.high = min(high, r.low + ((Rank{1} << shift) - 1));
-  __syncthreads();
 }
 
 // Narrows r until it holds exactly r.needed ranks of the source, or, with
@@ -990,13 +1009,13 @@ __device__ void select_row(const TopkArgs& a, std::int64_t row, SharedStorage& s
   const std::uint32_t low = sm.s.window_low;
   const int shift = sm.s.window_shift;
   merge_group_counts<Group>(sm);
-  find_threshold_bin(sm.totals, a.k, sm.s);
-  const int bin = sm.s.found_bin;
-  const int above = sm.s.found_above;
+  const FoundBin threshold = find_threshold_bin(sm.totals, a.k, sm.s);
+  const int bin = threshold.bin;
+  const int above = threshold.above;
   // The candidates at or above the threshold's bin: all of the list of a
   // single CTA; a group's move to the end of its first CTA's list, above the
   // candidates that list still holds.
-  const int winners_and_bin = above + (bin > 0 ? sm.s.found_count : 0);
+  const int winners_and_bin = above + (bin > 0 ? threshold.count : 0);
   const bool gathered =
       bin >= 0 && sm.s.overflow == 0 &&
       winners_and_bin + (group_size > 1 ? sm.s.first_count : 0) <= kCandidateCapacity;
