@@ -600,10 +600,12 @@ __device__ void scan_segment(const Bits* row_bits, int begin, int end, SharedSto
   }
 }
 
-// Packs the scan's warp slices into one list at the front of `candidates` and
-// sets candidate_count: their total, or more than the capacity when a slice
-// overflowed (then the row takes the slow path, which does not read the list).
-__device__ inline void pack_warp_slices(SharedStorage& sm) {
+// Packs the scan's warp slices into one list at the front of `candidates`,
+// counts the candidates per window bin (into the cleared histogram) and sets
+// candidate_count: their total, or more than the capacity when a slice
+// overflowed (then the row takes the slow path, which reads neither the list
+// nor the counts).
+__device__ inline void pack_and_count_candidates(SharedStorage& sm) {
   constexpr int kSlotsPerThread = kCandidateCapacity / kThreads;
   __syncthreads();  // every slice and fill is written
   if (warp_id() == 0) {
@@ -621,6 +623,8 @@ __device__ inline void pack_warp_slices(SharedStorage& sm) {
   __syncthreads();
   const int packed = sm.s.candidate_count;
   if (packed > kCandidateCapacity) return;  // the slow path ignores the list
+  const std::uint32_t low = sm.s.window_low;
+  const int shift = sm.s.window_shift;
 #pragma unroll
   for (int i = 0; i < kSlotsPerThread; ++i) {
     const int slot = i * kThreads + static_cast<int>(threadIdx.x);
@@ -628,7 +632,11 @@ __device__ inline void pack_warp_slices(SharedStorage& sm) {
     const int destination = sm.s.warp_fill[slice] + slot % kWarpCapacity;
     const int slice_end = slice + 1 < kWarps ? sm.s.warp_fill[slice + 1] : packed;
     destinations[i] = destination < slice_end ? destination : -1;
-    values[i] = destinations[i] >= 0 ? sm.candidates[slot] : Rank{0};
+    values[i] = Rank{0};
+    if (destinations[i] >= 0) {
+      values[i] = sm.candidates[slot];
+      atomicAdd(&sm.histogram[window_bin(key_of(values[i]), low, shift)], 1);
+    }
   }
   __syncthreads();
 #pragma unroll
@@ -637,25 +645,23 @@ __device__ inline void pack_warp_slices(SharedStorage& sm) {
   }
 }
 
-// Counts this CTA's candidates per window bin (into a cleared histogram).
-// An overflowed list gives short counts, but then the row takes the slow path.
-__device__ inline void count_candidates(SharedStorage& sm) {
-  __syncthreads();
-  const std::uint32_t low = sm.s.window_low;
-  const int shift = sm.s.window_shift;
-  const int count = min(sm.s.candidate_count, kCandidateCapacity);
-  for (int i = static_cast<int>(threadIdx.x); i < count; i += kThreads) {
-    atomicAdd(&sm.histogram[window_bin(key_of(sm.candidates[i]), low, shift)], 1);
-  }
-}
-
-// Step 3, every CTA alike: the group's bin counts in `totals` (bin 0: keys
-// equal to `low`), whether any CTA's candidate list overflowed and the first
-// CTA's list length. Each CTA sums its share of the bins over the group and
-// stores the sums in every CTA, so no CTA reads all of its peers' counts.
+// Step 3, every CTA alike: returns the group's bin counts (bin 0: keys equal
+// to `low`) and sets whether any CTA's candidate list overflowed and the
+// first CTA's list length. A CTA alone has its own histogram for them. In a
+// group, each CTA sums its share of the bins over the group and stores the
+// sums in every CTA's `totals`, so no CTA reads all of its peers' counts.
 template <typename Group>
-__device__ void merge_group_counts(SharedStorage& sm) {
+__device__ const int* merge_group_counts(SharedStorage& sm) {
   const unsigned group_size = Group::size();
+  if (group_size == 1) {
+    if (threadIdx.x == 0) {
+      sm.histogram[0] = sm.s.equal_count;
+      sm.s.overflow = sm.s.candidate_count > kCandidateCapacity ? 1 : 0;
+      sm.s.first_count = sm.s.candidate_count;
+    }
+    __syncthreads();
+    return sm.histogram;
+  }
   const int share = (kBins - 1 + static_cast<int>(group_size) - 1) / static_cast<int>(group_size);
   const int first_bin = 1 + static_cast<int>(Group::rank()) * share;
   const int end_bin = min(kBins, first_bin + share);
@@ -692,6 +698,7 @@ __device__ void merge_group_counts(SharedStorage& sm) {
     }
   }
   Group::sync();  // every share of the totals has landed in every CTA
+  return sm.totals;
 }
 
 // Appends this CTA's candidates ranked at or above `floor` to the group's
@@ -823,6 +830,43 @@ __device__ bool narrow(const Source& source, RankRange& r, int k, int fit_total,
     if (sm.s.range_min == sm.s.range_max || count < r.needed) return false;
     narrow_once(source, r, sm);
   }
+}
+
+// Moves r to the single r.needed-th largest of the source's ranks in
+// [r.low, r.high] when the range holds `expected` of them, at most kThreads:
+// they are gathered, and each is compared with all the others (one step
+// instead of narrow's rounds). Returns false, r unchanged, when the range
+// holds another number of ranks or no single one qualifies.
+template <typename Source>
+__device__ bool select_in_small_range(const Source& source, RankRange& r, int expected,
+                                      SharedStorage& sm) {
+  static_assert(sizeof(sm.histogram) >= kThreads * sizeof(Rank), "room for the gathered ranks");
+  Rank* const gathered = reinterpret_cast<Rank*>(sm.histogram);
+  if (threadIdx.x == 0) {
+    sm.s.kept = 0;
+    sm.s.range_count = 0;
+  }
+  __syncthreads();
+  source.for_each([&](Rank v, bool valid) {
+    append(valid && v >= r.low && v <= r.high, v, gathered, &sm.s.kept, kThreads);
+  });
+  __syncthreads();
+  const int count = sm.s.kept;
+  if (count != expected) return false;
+  if (static_cast<int>(threadIdx.x) < count) {
+    const Rank mine = gathered[threadIdx.x];
+    int larger = 0;
+    for (int j = 0; j < count; ++j) larger += gathered[j] > mine ? 1 : 0;
+    if (larger == r.needed - 1) {
+      sm.s.range_min = mine;
+      atomicAdd(&sm.s.range_count, 1);
+    }
+  }
+  __syncthreads();
+  const bool single = sm.s.range_count == 1;
+  if (single) r = {sm.s.range_min, sm.s.range_min, 1};
+  __syncthreads();  // every thread has read the result before the shared fields are reused
+  return single;
 }
 
 // Records that row `row`'s selection stopped on counts that disagree with its
@@ -1002,14 +1046,13 @@ __device__ void select_row(const TopkArgs& a, std::int64_t row, SharedStorage& s
   const int begin = static_cast<int>(min(group_rank * share, static_cast<std::int64_t>(length)));
   const int end = static_cast<int>(min(begin + share, static_cast<std::int64_t>(length)));
   scan_segment(bits, begin, end, sm);
-  pack_warp_slices(sm);
-  count_candidates(sm);
+  pack_and_count_candidates(sm);
   Group::sync();  // every CTA's counts and candidates are complete
 
   const std::uint32_t low = sm.s.window_low;
   const int shift = sm.s.window_shift;
-  merge_group_counts<Group>(sm);
-  const FoundBin threshold = find_threshold_bin(sm.totals, a.k, sm.s);
+  const int* totals = merge_group_counts<Group>(sm);
+  const FoundBin threshold = find_threshold_bin(totals, a.k, sm.s);
   const int bin = threshold.bin;
   const int above = threshold.above;
   // The candidates at or above the threshold's bin: all of the list of a
@@ -1056,9 +1099,10 @@ __device__ void select_row(const TopkArgs& a, std::int64_t row, SharedStorage& s
     r = {static_cast<Rank>(bin_low) << 32, (static_cast<Rank>(bin_high) << 32) | 0xffffffffull,
          a.k - above};
   }
-  if (!narrow(list, r, a.k, -1, sm)) {
-    report_disagreement(a, row);
-  }
+  // The threshold's bin holds few ranks but for crowded rows.
+  const bool selected = gathered && threshold.count <= kThreads &&
+                        select_in_small_range(list, r, threshold.count, sm);
+  if (!selected && !narrow(list, r, a.k, -1, sm)) report_disagreement(a, row);
   write_candidates(a, row, length, list, r.low, sm, out);
 }
 
