@@ -110,14 +110,15 @@ __device__ inline void select_listed_row(const TopkArgs& a, const ListedRanks& s
     // Only a run whose schedule the scoring reported (one that leaves
     // positions unscored, such as a trailer of another batch) lists fewer
     // ranks than k; write what is there rather than read past it.
-    const CandidateRanks listed{sm.candidates, collect_candidates(source, 0, sm)};
+    const auto listed = CandidateRanks::contiguous(sm.candidates, collect_candidates(source, 0, sm));
     const int written = write_candidates(a, row, length, listed, 0, sm, out);
     for (int i = written + static_cast<int>(threadIdx.x); i < a.k; i += kThreads) out[i] = -1;
     return;
   }
   RankRange r{0, ~Rank{0}, a.k};
   bool agreed = narrow(source, r, a.k, kCandidateCapacity, sm);
-  const CandidateRanks candidates{sm.candidates, collect_candidates(source, r.low, sm)};
+  const auto candidates =
+      CandidateRanks::contiguous(sm.candidates, collect_candidates(source, r.low, sm));
   agreed = narrow(candidates, r, a.k, -1, sm) && agreed;
   if (!agreed) report_disagreement(a, row);
   write_candidates(a, row, length, candidates, r.low, sm, out);

@@ -124,7 +124,7 @@ struct RowShared {
   std::uint32_t sample_min;
   std::uint32_t sample_max;
   int window_shift;
-  int candidate_count;  // appended by this CTA; may exceed the capacity
+  int candidate_count;  // this CTA's; beyond the capacity when a slice overflowed
   int warp_fill[kWarps];  // the scan's candidates per warp slice (may exceed it)
   int equal_count;      // keys equal to window_low in this CTA's segment
   int kept;             // list length while collecting
@@ -432,6 +432,10 @@ __device__ void choose_window(const Bits* bits, int length, int k, SharedStorage
     }
     sm.s.window_shift = window_shift;
   }
+  // Cleared for the scan's counts.
+  for (int bin = static_cast<int>(threadIdx.x); bin < kBins; bin += kThreads) {
+    sm.histogram[bin] = 0;
+  }
   __syncthreads();
 }
 
@@ -594,18 +598,28 @@ __device__ void scan_segment(const Bits* row_bits, int begin, int end, SharedSto
   for (int offset = 16; offset > 0; offset >>= 1) {
     equal += __shfl_xor_sync(kFullMask, equal, offset);
   }
+  // This warp's candidates, counted per window bin (choose_window cleared the
+  // histogram) while other warps still scan. A slice that overflowed gives
+  // short counts, but then the row takes the slow path.
+  __syncwarp();
+  const std::uint32_t low_key = sm.s.window_low;
+  const int shift = sm.s.window_shift;
+  for (int j = lane_id(); j < min(fill, kWarpCapacity); j += 32) {
+    atomicAdd(&sm.histogram[window_bin(key_of(slice[j]), low_key, shift)], 1);
+  }
   if (lane_id() == 0) {
     if (equal > 0) atomicAdd(&sm.s.equal_count, equal);
     sm.s.warp_fill[warp_id()] = fill;
+    atomicAdd(&sm.s.candidate_count, fill > kWarpCapacity ? kCandidateCapacity + 1 : fill);
   }
 }
 
-// Packs the scan's warp slices into one list at the front of `candidates`,
-// counts the candidates per window bin (into the cleared histogram) and sets
+// Packs the scan's warp slices into one list at the front of `candidates`
+// (the first CTA of a group makes room so for the group's winners) and sets
 // candidate_count: their total, or more than the capacity when a slice
-// overflowed (then the row takes the slow path, which reads neither the list
-// nor the counts).
-__device__ inline void pack_and_count_candidates(SharedStorage& sm) {
+// overflowed (then the row takes the slow path, which does not read the
+// list).
+__device__ inline void pack_warp_slices(SharedStorage& sm) {
   constexpr int kSlotsPerThread = kCandidateCapacity / kThreads;
   __syncthreads();  // every slice and fill is written
   if (warp_id() == 0) {
@@ -623,8 +637,6 @@ __device__ inline void pack_and_count_candidates(SharedStorage& sm) {
   __syncthreads();
   const int packed = sm.s.candidate_count;
   if (packed > kCandidateCapacity) return;  // the slow path ignores the list
-  const std::uint32_t low = sm.s.window_low;
-  const int shift = sm.s.window_shift;
 #pragma unroll
   for (int i = 0; i < kSlotsPerThread; ++i) {
     const int slot = i * kThreads + static_cast<int>(threadIdx.x);
@@ -632,11 +644,7 @@ __device__ inline void pack_and_count_candidates(SharedStorage& sm) {
     const int destination = sm.s.warp_fill[slice] + slot % kWarpCapacity;
     const int slice_end = slice + 1 < kWarps ? sm.s.warp_fill[slice + 1] : packed;
     destinations[i] = destination < slice_end ? destination : -1;
-    values[i] = Rank{0};
-    if (destinations[i] >= 0) {
-      values[i] = sm.candidates[slot];
-      atomicAdd(&sm.histogram[window_bin(key_of(values[i]), low, shift)], 1);
-    }
+    values[i] = destinations[i] >= 0 ? sm.candidates[slot] : Rank{0};
   }
   __syncthreads();
 #pragma unroll
@@ -644,6 +652,40 @@ __device__ inline void pack_and_count_candidates(SharedStorage& sm) {
     if (destinations[i] >= 0) sm.candidates[destinations[i]] = values[i];
   }
 }
+
+// A candidate list in kWarps slices: slice w holds fill(w) ranks from
+// ranks + w * stride. The scan's list keeps its warp slices (in an order
+// fixed by the row alone); a contiguous list is split evenly. for_each hands
+// each slice to its own warp, so f(rank, valid) runs the same number of times
+// on every lane of a warp (warp-collective calls inside f are allowed), and a
+// warp's lanes visit its slice in order.
+struct CandidateRanks {
+  const Rank* ranks;
+  int stride;
+  const int* fills;  // per slice, or nullptr for a contiguous list of `count`
+  int count;
+  bool fixed_order;  // the order does not depend on scheduling
+
+  __device__ static CandidateRanks contiguous(const Rank* ranks, int count) {
+    return {ranks, (count + kWarps - 1) / kWarps, nullptr, count, false};
+  }
+  __device__ static CandidateRanks warp_slices(const Rank* ranks, const int* fills) {
+    return {ranks, kWarpCapacity, fills, 0, true};
+  }
+  __device__ int fill(int slice) const {
+    return fills != nullptr ? min(fills[slice], stride)
+                            : max(0, min(count - slice * stride, stride));
+  }
+  template <typename F>
+  __device__ void for_each(F&& f) const {
+    const Rank* const slice = ranks + warp_id() * stride;
+    const int n = fill(warp_id());
+    for (int base = 0; base < n; base += 32) {
+      const int j = base + lane_id();
+      f(j < n ? slice[j] : Rank{0}, j < n);
+    }
+  }
+};
 
 // Step 3, every CTA alike: returns the group's bin counts (bin 0: keys equal
 // to `low`) and sets whether any CTA's candidate list overflowed and the
@@ -705,30 +747,14 @@ __device__ const int* merge_group_counts(SharedStorage& sm) {
 // first CTA's list, from slot `start` on (the caller has checked that they
 // fit and that the first CTA's own candidates lie below `start`).
 template <typename Group>
-__device__ void push_candidates(SharedStorage& sm, Rank floor, int start) {
+__device__ void push_candidates(const CandidateRanks& own, Rank floor, int start,
+                                SharedStorage& sm) {
   SharedStorage* first = Group::remote(&sm, 0);
-  const int count = min(sm.s.candidate_count, kCandidateCapacity);
-  for (int base = 0; base < count; base += kThreads) {
-    const int i = base + static_cast<int>(threadIdx.x);
-    const Rank value = i < count ? sm.candidates[i] : Rank{0};
-    append(i < count && value >= floor, value, first->candidates + start, &first->s.pushed,
+  own.for_each([&](Rank v, bool valid) {
+    append(valid && v >= floor, v, first->candidates + start, &first->s.pushed,
            kCandidateCapacity - start);
-  }
+  });
 }
-
-// Ranks the narrowing visits: f(rank, valid) runs on every thread the same
-// number of times (warp-collective calls inside f are allowed).
-struct CandidateRanks {
-  const Rank* ranks;
-  int count;
-  template <typename F>
-  __device__ void for_each(F&& f) const {
-    for (int base = 0; base < count; base += kThreads) {
-      const int i = base + static_cast<int>(threadIdx.x);
-      f(i < count ? ranks[i] : Rank{0}, i < count);
-    }
-  }
-};
 
 template <typename Bits>
 struct RowRanks {
@@ -889,6 +915,37 @@ __device__ int collect_candidates(const Source& source, Rank floor, SharedStorag
   return sm.s.kept;
 }
 
+// write_candidates for unsorted output of a list in a fixed order: the
+// winners in list order, each warp's after those of the warps before it.
+__device__ inline int write_in_list_order(const TopkArgs& a, std::int64_t row,
+                                          const CandidateRanks& list, Rank floor,
+                                          SharedStorage& sm, std::int32_t* out) {
+  int mine = 0;
+  list.for_each([&](Rank v, bool valid) {
+    mine += __popc(__ballot_sync(kFullMask, valid && v >= floor));
+  });
+  if (lane_id() == 0) sm.s.warp_sums[warp_id()] = mine;
+  __syncthreads();
+  int slot = 0;
+  int total = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    const int winners = sm.s.warp_sums[w];
+    slot += w < warp_id() ? winners : 0;
+    total += winners;
+  }
+  __syncthreads();  // warp_sums is read before anything reuses it
+  const unsigned below = (1u << lane_id()) - 1u;
+  list.for_each([&](Rank v, bool valid) {
+    const bool take = valid && v >= floor;
+    const unsigned taken = __ballot_sync(kFullMask, take);
+    const int at = slot + __popc(taken & below);
+    // More than k winners only after a reported error (a rank listed twice).
+    if (take && at < a.k) out[at] = output_slot(a, row, static_cast<int>(position_of(v)));
+    slot += __popc(taken);
+  });
+  return min(total, a.k);
+}
+
 // write_candidates for unsorted output of a row of at most kBitmapPositions:
 // the winners' positions are marked in a bitmap that each thread then reads
 // in order over its own run of words.
@@ -898,13 +955,12 @@ __device__ inline int write_in_position_order(const TopkArgs& a, std::int64_t ro
   const int words = (length + 31) / 32;
   for (int w = static_cast<int>(threadIdx.x); w < words; w += kThreads) sm.bitmap[w] = 0;
   __syncthreads();
-  for (int i = static_cast<int>(threadIdx.x); i < list.count; i += kThreads) {
-    const Rank v = list.ranks[i];
-    if (v >= floor) {
+  list.for_each([&](Rank v, bool valid) {
+    if (valid && v >= floor) {
       const std::uint32_t p = position_of(v);
       atomicOr(&sm.bitmap[p >> 5], 1u << (p & 31u));
     }
-  }
+  });
   __syncthreads();
   const int per_thread = (words + kThreads - 1) / kThreads;
   const int first = static_cast<int>(threadIdx.x) * per_thread;
@@ -923,11 +979,13 @@ __device__ inline int write_in_position_order(const TopkArgs& a, std::int64_t ro
 }
 
 // Writes the candidates ranked at or above `floor` (at most k of them) to
-// out[0, count) in position order, or in rank order for sorted output;
-// returns count.
+// out[0, count): in an order fixed by the row (list order, or position order
+// when the list's own order is not fixed), or in rank order for sorted
+// output; returns count.
 __device__ inline int write_candidates(const TopkArgs& a, std::int64_t row, int length,
                                        const CandidateRanks& list, Rank floor, SharedStorage& sm,
                                        std::int32_t* out) {
+  if (!a.sorted && list.fixed_order) return write_in_list_order(a, row, list, floor, sm, out);
   if (!a.sorted && length <= kBitmapPositions) {
     return write_in_position_order(a, row, length, list, floor, sm, out);
   }
@@ -1033,20 +1091,21 @@ __device__ void select_row(const TopkArgs& a, std::int64_t row, SharedStorage& s
   if (threadIdx.x == 0) {
     sm.s.equal_count = 0;
     sm.s.pushed = 0;
+    sm.s.candidate_count = 0;
     sm.s.sample_min = ~0u;
     sm.s.sample_max = 0;
   }
   choose_window(bits, length, a.k, sm);
-  for (int bin = static_cast<int>(threadIdx.x); bin < kBins; bin += kThreads) {
-    sm.histogram[bin] = 0;
-  }
   const std::int64_t share =
       (static_cast<std::int64_t>(length + group_size - 1) / group_size + kSegmentGranule - 1) /
       kSegmentGranule * kSegmentGranule;
   const int begin = static_cast<int>(min(group_rank * share, static_cast<std::int64_t>(length)));
   const int end = static_cast<int>(min(begin + share, static_cast<std::int64_t>(length)));
   scan_segment(bits, begin, end, sm);
-  pack_and_count_candidates(sm);
+  // The first CTA of a group packs its list to make room for the group's
+  // winners; the others push theirs from their slices.
+  const bool packed = group_size > 1 && group_rank == 0;
+  if (packed) pack_warp_slices(sm);
   Group::sync();  // every CTA's counts and candidates are complete
 
   const std::uint32_t low = sm.s.window_low;
@@ -1062,18 +1121,20 @@ __device__ void select_row(const TopkArgs& a, std::int64_t row, SharedStorage& s
   const bool gathered =
       bin >= 0 && sm.s.overflow == 0 &&
       winners_and_bin + (group_size > 1 ? sm.s.first_count : 0) <= kCandidateCapacity;
-  CandidateRanks list{sm.candidates, min(sm.s.candidate_count, kCandidateCapacity)};
+  CandidateRanks list =
+      packed ? CandidateRanks::contiguous(sm.candidates, min(sm.s.candidate_count, kCandidateCapacity))
+             : CandidateRanks::warp_slices(sm.candidates, sm.s.warp_fill);
   if (group_size > 1) {
     const int start = kCandidateCapacity - winners_and_bin;
     if (gathered) {
       const std::uint64_t floor_key =
           bin == 0 ? std::uint64_t{low} + 1
                    : std::uint64_t{low} + 1 + (static_cast<std::uint64_t>(bin - 1) << shift);
-      push_candidates<Group>(sm, static_cast<Rank>(floor_key) << 32, start);
+      push_candidates<Group>(list, static_cast<Rank>(floor_key) << 32, start, sm);
     }
     Group::sync();  // every push has landed; no CTA reads another's memory
     if (group_rank != 0) return;
-    list = {sm.candidates + start, min(sm.s.pushed, winners_and_bin)};
+    list = CandidateRanks::contiguous(sm.candidates + start, min(sm.s.pushed, winners_and_bin));
   }
 
   RankRange r{};
@@ -1083,7 +1144,7 @@ __device__ void select_row(const TopkArgs& a, std::int64_t row, SharedStorage& s
     const RowRanks<Bits> whole_row{bits, length};
     r = {0, ~Rank{0}, a.k};
     if (!narrow(whole_row, r, a.k, kCandidateCapacity, sm)) report_disagreement(a, row);
-    list = {sm.candidates, collect_candidates(whole_row, r.low, sm)};
+    list = CandidateRanks::contiguous(sm.candidates, collect_candidates(whole_row, r.low, sm));
   } else if (bin == 0) {
     // The k-th largest key is `low`: every candidate wins, then the first
     // equal keys in position order.
