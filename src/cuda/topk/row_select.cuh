@@ -67,6 +67,10 @@ inline constexpr int kVectorItems = 4;  // values per vector load
 inline constexpr int kLoadsAhead = 4;   // loads each thread keeps in flight
 // Sample keys a window bin may hold and still give `low` without refinement.
 inline constexpr int kCoarseBinSamples = 4;
+// Most sample keys of a bin that are ranked against each other to refine
+// `low` (each thread compares one with all); a second histogram level costs
+// less beyond, as with heavily tied rows.
+inline constexpr int kRankedSampleKeys = 64;
 
 using RankSort = cub::BlockRadixSort<Rank, kThreads, kItemsPerThread>;
 
@@ -123,6 +127,7 @@ struct RowShared {
   std::uint32_t window_high;
   std::uint32_t sample_min;
   std::uint32_t sample_max;
+  std::uint32_t ranked_key;
   int window_shift;
   int candidate_count;  // this CTA's; beyond the capacity when a slice overflowed
   int warp_fill[kWarps];  // the scan's candidates per warp slice (may exceed it)
@@ -354,10 +359,55 @@ __device__ inline void histogram_of_sample(const std::uint32_t (&keys)[kItemsPer
   __syncthreads();
 }
 
+// The target-th largest of the sample keys in [base, base + 2^shift), when
+// that bin holds at most kRankedSampleKeys of them: they are gathered, and
+// each is compared with all the others.
+__device__ inline std::uint32_t ranked_sample_key(const std::uint32_t (&keys)[kItemsPerThread],
+                                                  std::uint32_t base, int shift, int target,
+                                                  SharedStorage& sm) {
+  static_assert(kRankedSampleKeys <= kThreads &&
+                    sizeof(sm.histogram) >= kRankedSampleKeys * sizeof(Rank),
+                "one thread and room per gathered key");
+  Rank* const gathered = reinterpret_cast<Rank*>(sm.histogram);
+  if (threadIdx.x == 0) {
+    sm.s.kept = 0;
+    sm.s.ranked_key = base;  // kept only if the counts disagree: more candidates, still exact
+  }
+  __syncthreads();
+  unsigned inside = 0;
+#pragma unroll
+  for (int m = 0; m < kItemsPerThread; ++m) {
+    inside |= (keys[m] >= base && ((keys[m] - base) >> shift) == 0 ? 1u : 0u) << m;
+  }
+  append_items<kItemsPerThread>(
+      inside, [&](int m) { return static_cast<Rank>(keys[m]); }, gathered, &sm.s.kept,
+      kRankedSampleKeys);
+  __syncthreads();
+  const int count = min(sm.s.kept, kRankedSampleKeys);
+  if (static_cast<int>(threadIdx.x) < count) {
+    const auto mine = static_cast<std::uint32_t>(gathered[threadIdx.x]);
+    int larger = 0;
+    int at_least = 0;
+    for (int j = 0; j < count; ++j) {
+      const auto other = static_cast<std::uint32_t>(gathered[j]);
+      larger += other > mine ? 1 : 0;
+      at_least += other >= mine ? 1 : 0;
+    }
+    // Equal keys all qualify and store the same value.
+    if (larger < target && target <= at_least) sm.s.ranked_key = mine;
+  }
+  __syncthreads();
+  const std::uint32_t key = sm.s.ranked_key;
+  __syncthreads();  // every thread has read it before the shared fields are reused
+  return key;
+}
+
 // Sets the window from a sample of the whole row, 4 neighbours at each of
 // kThreads evenly spaced places (identical in every CTA of the group): `low`
-// is the sample's b-th largest key (to within 1/2^22 of the sample's range,
-// or the foot of a 1/2^11 bin holding at most kCoarseBinSamples sample keys),
+// is the sample's b-th largest key (the foot of its 1/2^11 bin of the
+// sample's range when that bin holds at most kCoarseBinSamples sample keys,
+// within 1/2^22 of the range when it holds more than kRankedSampleKeys,
+// else exact),
 // with b a few standard deviations above the number of winners expected in
 // the sample; `high` is at or above its (expected / 4)-th largest. One
 // histogram over the sample's own range finds both (a second level refines
@@ -412,11 +462,15 @@ __device__ void choose_window(const Bits* bits, int length, int k, SharedStorage
   // values). A bin of a few sample keys is left whole: it adds about
   // kCoarseBinSamples / kSampleSize of the row to the candidates at most.
   if (shift > 0 && bottom_bin.count > kCoarseBinSamples) {
-    const int fine_shift = max(0, shift - 11);
-    histogram_of_sample(keys, bin_base, std::uint64_t{1} << shift, fine_shift, sm);
-    const FoundBin fine_bin =
-        find_threshold_bin(sm.histogram, bottom + 1 - bottom_bin.above, sm.s);
-    low += static_cast<std::uint32_t>(static_cast<std::uint64_t>(fine_bin.bin) << fine_shift);
+    const int target = bottom + 1 - bottom_bin.above;
+    if (bottom_bin.count <= kRankedSampleKeys) {
+      low = ranked_sample_key(keys, bin_base, shift, target, sm);
+    } else {
+      const int fine_shift = max(0, shift - 11);
+      histogram_of_sample(keys, bin_base, std::uint64_t{1} << shift, fine_shift, sm);
+      const FoundBin fine_bin = find_threshold_bin(sm.histogram, target, sm.s);
+      low += static_cast<std::uint32_t>(static_cast<std::uint64_t>(fine_bin.bin) << fine_shift);
+    }
   }
   // The key just below +0.0's belongs to no value (-0.0 takes +0.0's key),
   // and the scan cannot compare floats with it (LowComparison); the key
