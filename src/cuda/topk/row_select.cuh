@@ -6,22 +6,25 @@
 // every element of a row distinct (ordered_key.cuh).
 //
 //  1. Window. Every CTA takes the same sample of 2048 keys spread over the
-//     row and, with two histogram levels over the sample's range, two of its
-//     quantiles around the expected k-th largest: `low`, below which (with
-//     overwhelming probability) nothing wins, and `high`. Keys in (low, high]
-//     are split into 2047 equal bins; so the bins adapt to the row's value
-//     range (narrow, offset or spread alike).
+//     row and, from a histogram over the sample's range (refined in a
+//     crowded bin), two of its quantiles around the expected k-th largest:
+//     `low`, below which (with overwhelming probability) nothing wins, and
+//     `high`. Keys in (low, high] are split into 2047 equal bins; so the bins
+//     adapt to the row's value range (narrow, offset or spread alike).
 //  2. One pass over the segment, straight from global memory: keys above
-//     `low` are appended to a candidate list in shared memory (each warp to
-//     its own slice, packed afterwards) and then counted per bin from the list; keys equal to `low` are only counted (bin 0), so
-//     heavy ties and constant rows cost nothing here.
+//     `low` are appended to a candidate list in shared memory, each warp to
+//     its own slice, which it then counts per bin; keys equal to `low` are
+//     only counted (bin 0), so heavy ties and constant rows cost nothing here.
 //  3. The CTAs of a group sum the counts (each a share of the bins, for
 //     all), find the bin holding the k-th largest key and move the candidates
-//     at or above that bin to the group's first CTA.
-//  4. It narrows [low, high] of the ranks among those few candidates until
-//     exactly the missing winners lie inside, and writes the winners in
-//     position order (through a bitmap of the row, or a sort beyond
-//     kBitmapPositions) or by rank when sorted output is asked for, so the
+//     at or above that bin to the group's first CTA (which packs its own
+//     slices first to make room).
+//  4. That CTA finds the exact k-th largest rank among the few candidates of
+//     that bin (ranking them against each other, or narrowing [low, high]
+//     when the bin is crowded) and writes the winners in an order fixed by
+//     the row: a CTA alone in its slices' order, a group's gathered winners
+//     in position order (through a bitmap of the row, or a sort beyond
+//     kBitmapPositions), or by rank when sorted output is asked for; so the
 //     output never depends on scheduling. When the k-th largest key is `low`
 //     itself, the winners above it come first and then those equal to it,
 //     the first ones in position order, found by a short ordered scan from
