@@ -127,7 +127,6 @@ struct FoundBin {
 struct RowShared {
   int warp_sums[kWarps];
   std::uint32_t window_low;
-  std::uint32_t window_high;
   std::uint32_t sample_min;
   std::uint32_t sample_max;
   std::uint32_t ranked_key;
@@ -520,8 +519,7 @@ __device__ void choose_window(const Bits* bits, int length, int k, SharedStorage
   if (low == OrderedKey<std::uint32_t>::from_bits(0u) - 1u) --low;
   if (threadIdx.x == 0) {
     sm.s.window_low = low;
-    sm.s.window_high = static_cast<std::uint32_t>(max(high, std::uint64_t{low}));
-    const std::uint32_t width = sm.s.window_high - low;
+    const std::uint32_t width = static_cast<std::uint32_t>(max(high, std::uint64_t{low})) - low;
     int window_shift = 0;
     while (width > 1 && ((width - 1) >> window_shift) > static_cast<std::uint32_t>(kBins - 2)) {
       ++window_shift;
@@ -761,10 +759,11 @@ struct CandidateRanks {
 };
 
 // Step 3, every CTA alike: returns the group's bin counts (bin 0: keys equal
-// to `low`) and sets whether any CTA's candidate list overflowed and the
-// first CTA's list length. A CTA alone has its own histogram for them. In a
-// group, each CTA sums its share of the bins over the group and stores the
-// sums in every CTA's `totals`, so no CTA reads all of its peers' counts.
+// to `low`) and sets whether any CTA's candidate list overflowed (and, in a
+// group, the first CTA's list length). A CTA alone has its own histogram for
+// the counts. In a group, each CTA sums its share of the bins over the group
+// and stores the sums in every CTA's `totals`, so no CTA reads all of its
+// peers' counts.
 template <typename Group>
 __device__ const int* merge_group_counts(SharedStorage& sm) {
   const unsigned group_size = Group::size();
@@ -772,7 +771,6 @@ __device__ const int* merge_group_counts(SharedStorage& sm) {
     if (threadIdx.x == 0) {
       sm.histogram[0] = sm.s.equal_count;
       sm.s.overflow = sm.s.candidate_count > kCandidateCapacity ? 1 : 0;
-      sm.s.first_count = sm.s.candidate_count;
     }
     __syncthreads();
     return sm.histogram;
