@@ -61,7 +61,8 @@ inline constexpr int kBins = 2048;
 // above `low` for segments up to ~128K positions.
 inline constexpr int kCandidateCapacity = 6144;
 // During the scan each warp appends to its own slice of the list, so that no
-// atomic is needed; the slices are packed together afterwards.
+// atomic is needed; the slices stay the list of a CTA alone, and the first
+// CTA of a group packs them.
 inline constexpr int kWarpCapacity = kCandidateCapacity / kWarps;
 // Longest row whose winners are put in position order through a bitmap
 // (one bit per position, over the staging area) rather than sorted.
