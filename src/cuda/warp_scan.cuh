@@ -3,6 +3,9 @@
 
 namespace dsa::detail::cuda {
 
+// The lanes below this one in its warp, as a mask.
+__device__ inline unsigned lanes_below() { return (1u << (threadIdx.x & 31u)) - 1u; }
+
 // Sum of `value` over this lane and the lanes below it; the whole warp calls it.
 __device__ inline int warp_inclusive_sum(int value) {
   const int lane = static_cast<int>(threadIdx.x) & 31;

@@ -165,7 +165,7 @@ __device__ inline void drop_below(OpenList& list, Rank floor) {
     for (int u = 0; u < kSelectLoadsAhead; ++u) {
       const bool keep = base + 32 * u + lane < list.count && batch[u] >= floor;
       const unsigned keeping = __ballot_sync(0xffffffffu, keep);
-      if (keep) list.ranks[kept + __popc(keeping & ((1u << lane) - 1u))] = batch[u];
+      if (keep) list.ranks[kept + __popc(keeping & lanes_below())] = batch[u];
       kept += __popc(keeping);
     }
     __syncwarp();
@@ -181,7 +181,6 @@ __device__ inline void drop_below(OpenList& list, Rank floor) {
 // floor's key (equal, or NaN at a floor of -inf) compares positions.
 __device__ __forceinline__ void offer(OpenList& list, float value, std::int64_t position,
                                       bool valid) {
-  const int lane = static_cast<int>(threadIdx.x) & 31;
   const bool same_key = value == list.floor_value ||
                         (isnan(value) && list.floor_value == -INFINITY);
   const Rank rank = topk_impl::rank_of(
@@ -191,7 +190,7 @@ __device__ __forceinline__ void offer(OpenList& list, float value, std::int64_t 
   const unsigned taking = __ballot_sync(0xffffffffu, take);
   if (taking == 0) return;
   if (take) {
-    list.ranks[list.count + __popc(taking & ((1u << lane) - 1u))] = rank;
+    list.ranks[list.count + __popc(taking & lanes_below())] = rank;
   }
   list.count += __popc(taking);
 }

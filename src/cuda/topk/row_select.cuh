@@ -135,7 +135,7 @@ struct RowShared {
   int candidate_count;  // this CTA's; beyond the capacity when a slice overflowed
   int warp_fill[kWarps];  // the scan's candidates per warp slice (may exceed it)
   int equal_count;      // keys equal to window_low in this CTA's segment
-  int kept;             // list length while collecting
+  int kept;             // list length while collecting or gathering
   int pushed;           // candidates the group has moved to this (first) CTA
   int first_count;      // candidate_count of the group's first CTA
   int staged_count;
@@ -201,7 +201,7 @@ __device__ inline int warp_id() { return static_cast<int>(threadIdx.x) >> 5; }
 template <int kItems, typename ValueOf, typename Reserve>
 __device__ void append_reserved(unsigned take, ValueOf&& value_of, Rank* out, Reserve&& reserve,
                                 int capacity) {
-  const unsigned below = (1u << lane_id()) - 1u;  // the lanes below this one
+  const unsigned below = lanes_below();
   unsigned taken[kItems];
   int before = 0;
   int total = 0;
@@ -686,29 +686,24 @@ __device__ void scan_segment(const Bits* row_bits, int begin, int end, SharedSto
   }
 }
 
-// Packs the scan's warp slices into one list at the front of `candidates`
-// (the first CTA of a group makes room so for the group's winners) and sets
-// candidate_count: their total, or more than the capacity when a slice
-// overflowed (then the row takes the slow path, which does not read the
-// list).
+// Packs the scan's warp slices into one list of candidate_count ranks at the
+// front of `candidates` (the first CTA of a group makes room so for the
+// group's winners). A list whose slice overflowed stays as it is: the row
+// takes the slow path, which does not read it.
 __device__ inline void pack_warp_slices(SharedStorage& sm) {
   constexpr int kSlotsPerThread = kCandidateCapacity / kThreads;
-  __syncthreads();  // every slice and fill is written
+  __syncthreads();  // every slice, fill and candidate_count is written
+  const int packed = sm.s.candidate_count;
+  if (packed > kCandidateCapacity) return;
   if (warp_id() == 0) {
     const int fill = lane_id() < kWarps ? sm.s.warp_fill[lane_id()] : 0;
-    const int kept = min(fill, kWarpCapacity);
-    const int end = warp_inclusive_sum(kept);
-    const bool overflow = __any_sync(kFullMask, fill > kWarpCapacity);
-    __syncwarp();
-    if (lane_id() < kWarps) sm.s.warp_fill[lane_id()] = end - kept;  // now the slice's new start
-    if (lane_id() == 31) sm.s.candidate_count = overflow ? kCandidateCapacity + 1 : end;
+    const int end = warp_inclusive_sum(fill);
+    if (lane_id() < kWarps) sm.s.warp_fill[lane_id()] = end - fill;  // now the slice's new start
   }
   // Read every kept entry and its destination before any is overwritten.
   Rank values[kSlotsPerThread];
   int destinations[kSlotsPerThread];
   __syncthreads();
-  const int packed = sm.s.candidate_count;
-  if (packed > kCandidateCapacity) return;  // the slow path ignores the list
 #pragma unroll
   for (int i = 0; i < kSlotsPerThread; ++i) {
     const int slot = i * kThreads + static_cast<int>(threadIdx.x);
@@ -1006,7 +1001,7 @@ __device__ inline int write_in_list_order(const TopkArgs& a, std::int64_t row,
     total += winners;
   }
   __syncthreads();  // warp_sums is read before anything reuses it
-  const unsigned below = (1u << lane_id()) - 1u;
+  const unsigned below = lanes_below();
   list.for_each([&](Rank v, bool valid) {
     const bool take = valid && v >= floor;
     const unsigned taken = __ballot_sync(kFullMask, take);
