@@ -18,20 +18,22 @@
 //  3. The CTAs of a group sum the counts (each a share of the bins, for
 //     all), find the bin holding the k-th largest key and move the candidates
 //     at or above that bin to the group's first CTA (which packs its own
-//     slices first to make room).
+//     slices first to make room), each CTA's after those of the CTAs ranked
+//     before it and in its own list's order.
 //  4. That CTA finds the exact k-th largest rank among the few candidates of
 //     that bin (ranking them against each other, or narrowing [low, high]
 //     when the bin is crowded) and writes the winners in an order fixed by
-//     the row: a CTA alone in its slices' order, a group's gathered winners
-//     in position order (through a bitmap of the row, or a sort beyond
-//     kBitmapPositions), or by rank when sorted output is asked for; so the
-//     output never depends on scheduling. When the k-th largest key is `low`
-//     itself, the winners above it come first and then those equal to it,
-//     the first ones in position order, found by a short ordered scan from
-//     the start of the row.
+//     the row: in list order (a CTA alone's slices, a group's gathered
+//     list), or by rank when sorted output is asked for; so the output never
+//     depends on scheduling. When the k-th largest key is `low` itself, the
+//     winners above it come first and then those equal to it, the first ones
+//     in position order, found by a short ordered scan from the start of the
+//     row.
 // A row the sample misjudges (candidates beyond the list's capacity, or fewer
 // than k keys at or above `low`) is narrowed by the first CTA alone over the
 // whole row (several reads) until its candidates fit; slower, equally exact.
+// Its winners, collected in no fixed order, are written in position order
+// (through a bitmap of the row, or a sort beyond kBitmapPositions).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -123,8 +125,8 @@ struct FoundBin {
   int count;
 };
 
-// Per-CTA scalars; candidate_count and equal_count are read by the group's
-// other CTAs, pushed is advanced by them.
+// Per-CTA scalars; candidate_count, equal_count and push_count are read by
+// the group's other CTAs.
 struct RowShared {
   int warp_sums[kWarps];
   std::uint32_t window_low;
@@ -136,7 +138,7 @@ struct RowShared {
   int warp_fill[kWarps];  // the scan's candidates per warp slice (may exceed it)
   int equal_count;      // keys equal to window_low in this CTA's segment
   int kept;             // list length while collecting or gathering
-  int pushed;           // candidates the group has moved to this (first) CTA
+  int push_count;       // this CTA's candidates moved to the group's first CTA
   int first_count;      // candidate_count of the group's first CTA
   int staged_count;
   FoundBin found[2];
@@ -733,8 +735,9 @@ struct CandidateRanks {
   int count;
   bool fixed_order;  // the order does not depend on scheduling
 
-  __device__ static CandidateRanks contiguous(const Rank* ranks, int count) {
-    return {ranks, (count + kWarps - 1) / kWarps, nullptr, count, false};
+  __device__ static CandidateRanks contiguous(const Rank* ranks, int count,
+                                              bool fixed_order = false) {
+    return {ranks, (count + kWarps - 1) / kWarps, nullptr, count, fixed_order};
   }
   __device__ static CandidateRanks warp_slices(const Rank* ranks, const int* fills) {
     return {ranks, kWarpCapacity, fills, 0, true};
@@ -810,17 +813,68 @@ __device__ const int* merge_group_counts(SharedStorage& sm) {
   return sm.totals;
 }
 
-// Appends this CTA's candidates ranked at or above `floor` to the group's
-// first CTA's list, from slot `start` on (the caller has checked that they
-// fit and that the first CTA's own candidates lie below `start`).
-template <typename Group>
-__device__ void push_candidates(const CandidateRanks& own, Rank floor, int start,
-                                SharedStorage& sm) {
-  SharedStorage* first = Group::remote(&sm, 0);
-  own.for_each([&](Rank v, bool valid) {
-    append(valid && v >= floor, v, first->candidates + start, &first->s.pushed,
-           kCandidateCapacity - start);
+// The winners of a list (ranks at or above `floor`) laid out in list order:
+// the slot of this warp's first winner and the CTA's number of winners.
+struct WinnerSlots {
+  int first_of_warp;
+  int total;
+};
+
+__device__ inline WinnerSlots winner_slots(const CandidateRanks& list, Rank floor, RowShared& s) {
+  int mine = 0;
+  list.for_each([&](Rank v, bool valid) {
+    mine += __popc(__ballot_sync(kFullMask, valid && v >= floor));
   });
+  if (lane_id() == 0) s.warp_sums[warp_id()] = mine;
+  __syncthreads();
+  WinnerSlots slots{0, 0};
+  for (int w = 0; w < kWarps; ++w) {
+    const int winners = s.warp_sums[w];
+    slots.first_of_warp += w < warp_id() ? winners : 0;
+    slots.total += winners;
+  }
+  __syncthreads();  // warp_sums is read before anything reuses it
+  return slots;
+}
+
+// Calls f(rank, slot) for each winner of the list, its slot counted in list
+// order from `slot`, this warp's first (winner_slots).
+template <typename F>
+__device__ void for_each_winner(const CandidateRanks& list, Rank floor, int slot, F&& f) {
+  const unsigned below = lanes_below();
+  list.for_each([&](Rank v, bool valid) {
+    const bool take = valid && v >= floor;
+    const unsigned taken = __ballot_sync(kFullMask, take);
+    if (take) f(v, slot + __popc(taken & below));
+    slot += __popc(taken);
+  });
+}
+
+// Moves this CTA's candidates ranked at or above `floor` to the group's
+// first CTA's list from slot `start` on, after those of the CTAs ranked
+// before it and in its own list order, so that the gathered list's order is
+// fixed by the row. Returns how many the group moved. The caller has checked
+// that they fit and that the first CTA's own candidates lie below `start`;
+// every CTA of the group calls it.
+template <typename Group>
+__device__ int push_candidates(const CandidateRanks& own, Rank floor, int start,
+                               SharedStorage& sm) {
+  const WinnerSlots slots = winner_slots(own, floor, sm.s);
+  if (threadIdx.x == 0) sm.s.push_count = slots.total;
+  Group::sync();  // every CTA's count is published
+  int before = 0;
+  int moved = 0;
+  for (unsigned r = 0; r < Group::size(); ++r) {
+    const int count = Group::remote(&sm, r)->s.push_count;
+    before += r < Group::rank() ? count : 0;
+    moved += count;
+  }
+  Rank* const gathered = Group::remote(&sm, 0)->candidates + start;
+  const int room = kCandidateCapacity - start;
+  for_each_winner(own, floor, before + slots.first_of_warp, [&](Rank v, int slot) {
+    if (slot < room) gathered[slot] = v;
+  });
+  return min(moved, room);
 }
 
 template <typename Bits>
@@ -987,30 +1041,12 @@ __device__ int collect_candidates(const Source& source, Rank floor, SharedStorag
 __device__ inline int write_in_list_order(const TopkArgs& a, std::int64_t row,
                                           const CandidateRanks& list, Rank floor,
                                           SharedStorage& sm, std::int32_t* out) {
-  int mine = 0;
-  list.for_each([&](Rank v, bool valid) {
-    mine += __popc(__ballot_sync(kFullMask, valid && v >= floor));
-  });
-  if (lane_id() == 0) sm.s.warp_sums[warp_id()] = mine;
-  __syncthreads();
-  int slot = 0;
-  int total = 0;
-  for (int w = 0; w < kWarps; ++w) {
-    const int winners = sm.s.warp_sums[w];
-    slot += w < warp_id() ? winners : 0;
-    total += winners;
-  }
-  __syncthreads();  // warp_sums is read before anything reuses it
-  const unsigned below = lanes_below();
-  list.for_each([&](Rank v, bool valid) {
-    const bool take = valid && v >= floor;
-    const unsigned taken = __ballot_sync(kFullMask, take);
-    const int at = slot + __popc(taken & below);
+  const WinnerSlots slots = winner_slots(list, floor, sm.s);
+  for_each_winner(list, floor, slots.first_of_warp, [&](Rank v, int slot) {
     // More than k winners only after a reported error (a rank listed twice).
-    if (take && at < a.k) out[at] = output_slot(a, row, static_cast<int>(position_of(v)));
-    slot += __popc(taken);
+    if (slot < a.k) out[slot] = output_slot(a, row, static_cast<int>(position_of(v)));
   });
-  return min(total, a.k);
+  return min(slots.total, a.k);
 }
 
 // write_candidates for unsorted output of a row of at most kBitmapPositions:
@@ -1157,7 +1193,6 @@ __device__ void select_row(const TopkArgs& a, std::int64_t row, SharedStorage& s
   const Bits* bits = static_cast<const Bits*>(a.logits) + row * a.logits_stride;
   if (threadIdx.x == 0) {
     sm.s.equal_count = 0;
-    sm.s.pushed = 0;
     sm.s.candidate_count = 0;
     sm.s.sample_min = ~0u;
     sm.s.sample_max = 0;
@@ -1193,15 +1228,17 @@ __device__ void select_row(const TopkArgs& a, std::int64_t row, SharedStorage& s
              : CandidateRanks::warp_slices(sm.candidates, sm.s.warp_fill);
   if (group_size > 1) {
     const int start = kCandidateCapacity - winners_and_bin;
+    int moved = 0;
     if (gathered) {
       const std::uint64_t floor_key =
           bin == 0 ? std::uint64_t{low} + 1
                    : std::uint64_t{low} + 1 + (static_cast<std::uint64_t>(bin - 1) << shift);
-      push_candidates<Group>(list, static_cast<Rank>(floor_key) << 32, start, sm);
+      moved = push_candidates<Group>(list, static_cast<Rank>(floor_key) << 32, start, sm);
     }
     Group::sync();  // every push has landed; no CTA reads another's memory
     if (group_rank != 0) return;
-    list = CandidateRanks::contiguous(sm.candidates + start, min(sm.s.pushed, winners_and_bin));
+    list = CandidateRanks::contiguous(sm.candidates + start, min(moved, winners_and_bin),
+                                      /*fixed_order=*/true);
   }
 
   RankRange r{};
