@@ -42,6 +42,10 @@ enum class Spread {
   // the k-th largest value lies, by too high or too low.
   decoys_high,
   decoys_low,
+  // Uniform values, except positions p with (p / 4) % 512 == 0, which hold
+  // large distinct values: one thread of the CUDA scan reads all of them, far
+  // more candidates than its share of the list holds.
+  crowded_column,
 };
 
 const char* spread_name(Spread s) {
@@ -57,6 +61,7 @@ const char* spread_name(Spread s) {
     case Spread::outliers_over_cluster: return "outliers_over_cluster";
     case Spread::decoys_high: return "decoys_high";
     case Spread::decoys_low: return "decoys_low";
+    case Spread::crowded_column: return "crowded_column";
   }
   return "?";
 }
@@ -66,7 +71,8 @@ constexpr Spread kAllSpreads[] = {Spread::uniform,     Spread::few_values,
                                   Spread::offset,      Spread::low_bits,
                                   Spread::infinities_and_nans, Spread::signed_zeros,
                                   Spread::outliers_over_cluster,
-                                  Spread::decoys_high, Spread::decoys_low};
+                                  Spread::decoys_high, Spread::decoys_low,
+                                  Spread::crowded_column};
 
 constexpr std::int64_t kDecoyPeriod = 128;
 constexpr std::int64_t kDecoyRun = 4;
@@ -119,6 +125,10 @@ float draw(Spread spread, std::int64_t column, std::mt19937& rng) {
       const float value = unit(rng);
       if (column % kDecoyPeriod >= kDecoyRun) return value;
       return (spread == Spread::decoys_high ? 1e30f : -1e30f) * (2.0f + value);
+    }
+    case Spread::crowded_column: {
+      const float value = unit(rng);
+      return (column / 4) % 512 == 0 ? 1000.0f * (2.0f + value) : value;
     }
   }
   return 0.0f;
@@ -347,6 +357,30 @@ TEST(GpuTopk, ManyRowsOfVaryingLength) {
   }
 }
 
+// Enough rows for one CTA per row: a thread whose share of the row holds
+// many winners, on the path where a CTA's own list order is the output order.
+TEST(GpuTopk, CrowdedThreadStaysExactAndRepeatable) {
+  DSA_REQUIRE_GPU();
+  TopkCase c;
+  c.cols = 65536;
+  std::mt19937 rng(31);
+  std::uniform_int_distribution<std::int32_t> length(40000, 65536);
+  for (int r = 0; r < 600; ++r) c.lengths.push_back(length(rng));
+  c.k = 2048;
+  c.spread = Spread::crowded_column;
+  c.seed = 32;
+  expect_matches_reference(c);
+  const TopkRun run(c);
+  dsa::Status status;
+  const std::vector<std::int32_t> first = run.run(&status);
+  ASSERT_TRUE(status.ok()) << status.to_string();
+  for (int repeat = 0; repeat < 2; ++repeat) {
+    const std::vector<std::int32_t> again = run.run(&status);
+    ASSERT_TRUE(status.ok()) << status.to_string();
+    EXPECT_EQ(first, again) << "run " << repeat + 1;
+  }
+}
+
 TEST(GpuTopk, PhysicalSlots) {
   DSA_REQUIRE_GPU();
   for (bool sorted : {false, true}) {
@@ -408,7 +442,8 @@ TEST(GpuTopk, RowsThatMisleadTheSampleStayExact) {
 TEST(GpuTopk, UnsortedOutputIsBitwiseRepeatable) {
   DSA_REQUIRE_GPU();
   for (Spread spread : {Spread::uniform, Spread::few_values, Spread::all_equal,
-                        Spread::outliers_over_cluster, Spread::decoys_low}) {
+                        Spread::outliers_over_cluster, Spread::decoys_low,
+                        Spread::crowded_column}) {
     TopkCase c;
     c.cols = 131072;
     c.lengths = {131072, 100000, 65536, 4097};
