@@ -357,6 +357,20 @@ TEST(GpuTopk, ManyRowsOfVaryingLength) {
   }
 }
 
+// Runs the case `repeats` more times and expects the output of the first run
+// every time, bit for bit.
+void expect_bitwise_repeatable(const TopkCase& c, int repeats) {
+  const TopkRun run(c);
+  dsa::Status status;
+  const std::vector<std::int32_t> first = run.run(&status);
+  ASSERT_TRUE(status.ok()) << status.to_string();
+  for (int repeat = 0; repeat < repeats; ++repeat) {
+    const std::vector<std::int32_t> again = run.run(&status);
+    ASSERT_TRUE(status.ok()) << status.to_string();
+    EXPECT_EQ(first, again) << "run " << repeat + 1;
+  }
+}
+
 // Enough rows for one CTA per row: a thread whose share of the row holds
 // many winners, on the path where a CTA's own list order is the output order.
 TEST(GpuTopk, CrowdedThreadStaysExactAndRepeatable) {
@@ -370,15 +384,7 @@ TEST(GpuTopk, CrowdedThreadStaysExactAndRepeatable) {
   c.spread = Spread::crowded_column;
   c.seed = 32;
   expect_matches_reference(c);
-  const TopkRun run(c);
-  dsa::Status status;
-  const std::vector<std::int32_t> first = run.run(&status);
-  ASSERT_TRUE(status.ok()) << status.to_string();
-  for (int repeat = 0; repeat < 2; ++repeat) {
-    const std::vector<std::int32_t> again = run.run(&status);
-    ASSERT_TRUE(status.ok()) << status.to_string();
-    EXPECT_EQ(first, again) << "run " << repeat + 1;
-  }
+  expect_bitwise_repeatable(c, 2);
 }
 
 TEST(GpuTopk, PhysicalSlots) {
@@ -450,15 +456,8 @@ TEST(GpuTopk, UnsortedOutputIsBitwiseRepeatable) {
     c.k = 2048;
     c.spread = spread;
     c.seed = 21;
-    const TopkRun run(c);
-    dsa::Status status;
-    const std::vector<std::int32_t> first = run.run(&status);
-    ASSERT_TRUE(status.ok()) << status.to_string();
-    for (int repeat = 0; repeat < 3; ++repeat) {
-      const std::vector<std::int32_t> again = run.run(&status);
-      ASSERT_TRUE(status.ok()) << status.to_string();
-      EXPECT_EQ(first, again) << spread_name(spread) << " run " << repeat + 1;
-    }
+    SCOPED_TRACE(spread_name(spread));
+    expect_bitwise_repeatable(c, 3);
   }
 }
 
