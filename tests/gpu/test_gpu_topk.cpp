@@ -43,8 +43,9 @@ enum class Spread {
   decoys_high,
   decoys_low,
   // Uniform values, except positions p with (p / 4) % 512 == 0, which hold
-  // large distinct values: one thread of the CUDA scan reads all of them, far
-  // more candidates than its share of the list holds.
+  // large distinct values: one or two threads of the CUDA scan (as the row's
+  // alignment falls) read all of them, far more candidates than their share
+  // of the list holds.
   crowded_column,
 };
 
@@ -371,8 +372,8 @@ void expect_bitwise_repeatable(const TopkCase& c, int repeats) {
   }
 }
 
-// Enough rows for one CTA per row: a thread whose share of the row holds
-// many winners, on the path where a CTA's own list order is the output order.
+// Enough rows for one CTA per row: threads whose share of the row holds many
+// winners, on the path where a CTA's own list order is the output order.
 TEST(GpuTopk, CrowdedThreadStaysExactAndRepeatable) {
   DSA_REQUIRE_GPU();
   TopkCase c;
