@@ -304,9 +304,19 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
     __syncwarp();
   };
 
+  // The query copy and the weight loads travel together. Once the slot is
+  // free its full barrier's next phase is this load's, so the other
+  // producers may push the generation's pages as soon as the copy is issued.
   auto load_queries = [&]() {
     const int slot = generation & 1;
     ptx::mbarrier_wait(&query_empty[slot], ((generation >> 1) & 1) ^ 1);
+    if (leader) {
+      ptx::mbarrier_expect_tx(&query_full[slot], Layout::kQueryBytes);
+      ptx::tensor_copy_4d(smem + Layout::queries + slot * Layout::kQueryBytes, query_map, 0, 0,
+                          static_cast<int>(rows.first_draft), static_cast<int>(rows.request),
+                          &query_full[slot]);
+      ptx::store_release_cta(issued_generation, generation);
+    }
     const std::int64_t first_row = rows.request * p.next_n + rows.first_draft;
     float weights[kWeightsPerLane];
 #pragma unroll
@@ -324,17 +334,18 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
     }
     if (lane < kRows) info[slot].lengths[lane] = lane_length;
     if (lane == 0) info[slot].first_row = first_row;
+    ptx::mbarrier_arrive(&query_full[slot]);  // releases this lane's weight and length stores
     __syncwarp();
-    if (leader) {
-      ptx::mbarrier_arrive_expect_tx(&query_full[slot], Layout::kQueryBytes);
-      ptx::tensor_copy_4d(smem + Layout::queries + slot * Layout::kQueryBytes, query_map, 0, 0,
-                          static_cast<int>(rows.first_draft), static_cast<int>(rows.request),
-                          &query_full[slot]);
-    } else {
-      ptx::mbarrier_arrive(&query_full[slot]);  // releases this lane's weight and length stores
-    }
-    __syncwarp();
-    if (leader) ptx::store_release_cta(issued_generation, generation);
+  };
+
+  // Lane j holds the block-table entry of block window_first + j.
+  auto refresh_window = [&](std::int64_t block) {
+    if (window_first >= 0 && block < window_first + 32) return;
+    // One read of up to 32 consecutive needed entries, never past them.
+    window_first = block;
+    window_entry = block + lane < read_pages
+                       ? __ldg(p.block_table + rows.request * p.block_table_stride + block + lane)
+                       : -1;
   };
 
   for_each_item(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, units, p.lens, p.next_n,
@@ -361,6 +372,9 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
                   const std::int64_t left = read_pages - first_block;
                   if (left <= 0) return;
                   const int pages = left < kPagesPerChunk ? static_cast<int>(left) : kPagesPerChunk;
+                  const bool mine = chunk_ordinal++ % kProducerWarps == producer;
+                  // The chunk's block-table entries are on their way during the query load.
+                  if (mine) refresh_window(first_block);
                   if (!query_loaded || generation_pages == kMaxGenerationPages) {
                     if (loads_queries) close_generation();
                     ++generation;
@@ -368,21 +382,14 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
                     if (loads_queries) load_queries();
                     query_loaded = true;
                   }
-                  if (chunk_ordinal++ % kProducerWarps == producer) {
+                  if (mine) {
                     if (!loads_queries) {
                       while (ptx::load_acquire_cta(issued_generation) < generation) {
                       }
                     }
                     for (int k = 0; k < pages; ++k) {
                       const std::int64_t block = first_block + k;
-                      if (window_first < 0 || block >= window_first + 32) {
-                        // One read of up to 32 consecutive needed entries, never past them.
-                        window_first = block;
-                        window_entry = block + lane < read_pages
-                                           ? __ldg(p.block_table +
-                                                   rows.request * p.block_table_stride + block + lane)
-                                           : -1;
-                      }
+                      refresh_window(block);
                       const std::int32_t page = __shfl_sync(
                           0xffffffffu, window_entry, static_cast<int>(block - window_first));
                       const bool in_range = page >= 0 && page < p.num_pages;

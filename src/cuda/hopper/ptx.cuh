@@ -76,6 +76,19 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(std::uint64_t* barrier
 #endif
 }
 
+// Adds `bytes` to the transaction count the current phase waits for, without
+// arriving.
+__device__ __forceinline__ void mbarrier_expect_tx(std::uint64_t* barrier, std::uint32_t bytes) {
+#if DSA_SM90A_ENABLED
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(smem_address(barrier)),
+               "r"(bytes)
+               : "memory");
+#else
+  (void)barrier;
+  (void)bytes;
+#endif
+}
+
 // Blocks until the phase with parity `parity` has completed.
 __device__ __forceinline__ void mbarrier_wait(std::uint64_t* barrier, std::uint32_t parity) {
 #if DSA_SM90A_ENABLED
