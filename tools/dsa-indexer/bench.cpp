@@ -273,7 +273,8 @@ PointResult measure_point(const Bench& bench, const GridPoint& point, int heads,
 
 struct TopkLine {
   std::int64_t rows = 0;
-  std::int64_t length = 0;
+  std::int64_t length = 0;  // average row length
+  double spread = 0;        // row lengths uniform in length * (1 +- spread)
   LogitsDistribution distribution = LogitsDistribution::uniform;
   double seconds = kNotMeasured;
   double host_s = kNotMeasured;  // host time per call
@@ -282,30 +283,39 @@ struct TopkLine {
   std::string problems;
 };
 
-// Top-k alone over rows of synthetic values of one distribution; the
-// selection is checked against the multithreaded CPU backend.
-TopkLine measure_topk_line(const Bench& bench, std::int64_t rows, std::int64_t length,
+// Top-k alone over rows of synthetic values of one distribution, every row
+// `length` long or, with a spread, of lengths drawn around it (the logits are
+// as wide as the longest); the selection is checked against the
+// multithreaded CPU backend.
+TopkLine measure_topk_line(const Bench& bench, std::int64_t rows, std::int64_t length, double spread,
                            LogitsDistribution distribution, int k, std::uint64_t seed) {
   TopkLine line;
   line.rows = rows;
   line.length = length;
+  line.spread = spread;
   line.distribution = distribution;
+  std::vector<std::int32_t> host_lengths =
+      spread > 0 ? varied_lengths(rows, length, spread, seed)
+                 : std::vector<std::int32_t>(static_cast<std::size_t>(rows), static_cast<std::int32_t>(length));
+  // Rows start on 256-byte boundaries, as an engine's logits rows do.
+  const std::int64_t cols = (*std::max_element(host_lengths.begin(), host_lengths.end()) + 63) / 64 * 64;
+  double valid = 0;
+  for (const std::int32_t l : host_lengths) valid += l;
   const auto fail = [&](const char* what, const dsa::Status& status) {
     line.problems = std::string(what) + ": " + status.to_string();
     return line;
   };
   const dsa::Device device = bench.target.device;
   Buffer logits, lengths, indices, workspace;
-  const std::size_t values = static_cast<std::size_t>(rows * length);
+  const std::size_t values = static_cast<std::size_t>(rows * cols);
   if (auto s = Buffer::allocate(values * sizeof(float), device, &logits); !s.ok()) return fail("allocate", s);
   if (auto s = Buffer::allocate(static_cast<std::size_t>(rows) * 4, device, &lengths); !s.ok()) return fail("allocate", s);
   if (auto s = Buffer::allocate(static_cast<std::size_t>(rows * k) * 4, device, &indices); !s.ok()) return fail("allocate", s);
   dsa::ExecContext ctx = bench.ctx;
-  if (auto s = Buffer::allocate(dsa::topk_workspace_bytes(rows, length, k, ctx), device, &workspace); !s.ok()) {
+  if (auto s = Buffer::allocate(dsa::topk_workspace_bytes(rows, cols, k, ctx), device, &workspace); !s.ok()) {
     return fail("allocate", s);
   }
   ctx.workspace = {workspace.data(), workspace.bytes()};
-  std::vector<std::int32_t> host_lengths(static_cast<std::size_t>(rows), static_cast<std::int32_t>(length));
   if (auto s = lengths.upload(host_lengths.data(), lengths.bytes()); !s.ok()) return fail("upload", s);
   if (auto s = fill_logits(static_cast<float*>(logits.data()), values, distribution, seed, ctx.stream); !s.ok()) {
     return fail("fill", s);
@@ -318,13 +328,13 @@ TopkLine measure_topk_line(const Bench& bench, std::int64_t rows, std::int64_t l
   const dsa::TensorView lengths_view = lengths.view(dsa::DType::int32, {rows});
   const dsa::TensorView indices_view = indices.view(dsa::DType::int32, {rows, k});
   if (auto s = line_bench.time([&](int run) {
-        return dsa::topk(sets.at(run).view(dsa::DType::float32, {rows, length}), lengths_view, k, indices_view, {},
+        return dsa::topk(sets.at(run).view(dsa::DType::float32, {rows, cols}), lengths_view, k, indices_view, {},
                          ctx);
       }, &line.seconds, &line.host_s);
       !s.ok()) {
     return fail("topk", s);
   }
-  line.floor_s = 4.0 * static_cast<double>(values) / bench.copy_bandwidth;
+  line.floor_s = 4.0 * valid / bench.copy_bandwidth;
 
   std::vector<float> host_logits(values);
   std::vector<std::int32_t> selected(static_cast<std::size_t>(rows * k)), expected(selected.size());
@@ -332,7 +342,7 @@ TopkLine measure_topk_line(const Bench& bench, std::int64_t rows, std::int64_t l
   if (auto s = indices.download(selected.data(), indices.bytes()); !s.ok()) return fail("download", s);
   dsa::ExecContext cpu;
   cpu.backend = dsa::Backend::cpu;
-  if (auto s = dsa::topk(dsa::make_view(host_logits.data(), dsa::DType::float32, {rows, length}),
+  if (auto s = dsa::topk(dsa::make_view(host_logits.data(), dsa::DType::float32, {rows, cols}),
                          dsa::make_view(host_lengths.data(), dsa::DType::int32, {rows}), k,
                          dsa::make_view(expected.data(), dsa::DType::int32, {rows, k}), {}, cpu);
       !s.ok()) {
@@ -488,21 +498,26 @@ int gpu_bench(const Options& options, const Target& target, std::FILE* text, Jso
 
   struct TopkCase {
     std::int64_t rows, length;
+    double spread;
     LogitsDistribution distribution;
   };
+  // The 512-row lines have lengths uniform within +-30 % of 64K, as the
+  // grid's contexts; the first line's shape with every row full length is
+  // kept as well.
   const std::vector<TopkCase> cases = {
-      {512, 65536, LogitsDistribution::uniform},      {32, 131072, LogitsDistribution::uniform},
-      {512, 65536, LogitsDistribution::concentrated}, {512, 65536, LogitsDistribution::tied},
-      {512, 65536, LogitsDistribution::constant},
+      {512, 65536, 0.3, LogitsDistribution::uniform},      {512, 65536, 0.0, LogitsDistribution::uniform},
+      {32, 131072, 0.0, LogitsDistribution::uniform},      {512, 65536, 0.3, LogitsDistribution::concentrated},
+      {512, 65536, 0.3, LogitsDistribution::tied},         {512, 65536, 0.3, LogitsDistribution::constant},
   };
   std::vector<TopkLine> lines;
   Json& topk_json = document->set("topk", Json::array());
   for (const TopkCase& c : cases) {
-    lines.push_back(measure_topk_line(bench, c.rows, c.length, c.distribution, options.k, options.seed));
+    lines.push_back(measure_topk_line(bench, c.rows, c.length, c.spread, c.distribution, options.k, options.seed));
     const TopkLine& line = lines.back();
     Json& entry = topk_json.push(Json::object());
     entry.set("rows", line.rows);
     entry.set("length", line.length);
+    entry.set("length_spread", line.spread);
     entry.set("k", options.k);
     entry.set("distribution", distribution_name(line.distribution));
     entry.set("us", line.seconds * 1e6);
@@ -524,11 +539,13 @@ int gpu_bench(const Options& options, const Target& target, std::FILE* text, Jso
     print_grid_table(text, results, true);
   }
   std::fprintf(text, "\ntop-k alone (k=%d; floor = one read of the logits at copy bandwidth):\n", options.k);
-  std::fprintf(text, "%5s %7s %-13s | %9s %9s %7s %7s | %s\n", "T", "length", "values", "us", "floor us", "floor/t",
+  std::fprintf(text, "%5s %9s %-13s | %9s %9s %7s %7s | %s\n", "T", "length", "values", "us", "floor us", "floor/t",
                "host us", "check");
   for (const TopkLine& line : lines) {
-    std::fprintf(text, "%5lld %7s %-13s | %9s %9s %7s %7s | %s\n", static_cast<long long>(line.rows),
-                 context_label(line.length).c_str(), distribution_name(line.distribution),
+    const std::string length_label =
+        context_label(line.length) + (line.spread > 0 ? format("+-%.0f%%", line.spread * 100) : std::string());
+    std::fprintf(text, "%5lld %9s %-13s | %9s %9s %7s %7s | %s\n", static_cast<long long>(line.rows),
+                 length_label.c_str(), distribution_name(line.distribution),
                  microseconds(line.seconds).c_str(), microseconds(line.floor_s).c_str(),
                  ratio(line.floor_s, line.seconds).c_str(), microseconds(line.host_s).c_str(),
                  line.problems.empty() ? "ok" : line.problems.c_str());

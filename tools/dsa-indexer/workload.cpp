@@ -82,13 +82,23 @@ std::int64_t WorkloadLayout::cache_bytes(int head_dim) const {
   return num_pages * dsa::KeyCacheLayout{head_dim}.min_page_bytes();
 }
 
+std::vector<std::int32_t> varied_lengths(std::int64_t count, std::int64_t average, double spread,
+                                         std::uint64_t seed) {
+  Random random(seed, lengths_stream, 0);
+  const auto low = static_cast<std::int64_t>(std::floor(static_cast<double>(average) * (1.0 - spread)));
+  const auto high = static_cast<std::int64_t>(std::ceil(static_cast<double>(average) * (1.0 + spread)));
+  std::vector<std::int32_t> lengths(static_cast<std::size_t>(count));
+  for (auto& length : lengths) {
+    length = static_cast<std::int32_t>(random.integer(std::max<std::int64_t>(low, 1), std::max<std::int64_t>(high, 1)));
+  }
+  return lengths;
+}
+
 WorkloadLayout make_layout(const WorkloadShape& shape) {
   WorkloadLayout layout;
   const std::int64_t batch = shape.batch;
   const int next_n = shape.next_n;
-  Random lengths(shape.seed, lengths_stream, 0);
-  const auto low = static_cast<std::int64_t>(std::floor(shape.avg_context * (1.0 - shape.spread)));
-  const auto high = static_cast<std::int64_t>(std::ceil(shape.avg_context * (1.0 + shape.spread)));
+  const std::vector<std::int32_t> drawn_lengths = varied_lengths(batch, shape.avg_context, shape.spread, shape.seed);
 
   layout.prefix_lens.resize(static_cast<std::size_t>(batch));
   layout.context_lens.resize(static_cast<std::size_t>(batch * next_n));
@@ -96,7 +106,7 @@ WorkloadLayout make_layout(const WorkloadShape& shape) {
   for (std::int64_t b = 0; b < batch; ++b) {
     // Average length of a request's rows is prefix + (next_n + 1) / 2;
     // the drawn value is the length of its middle row.
-    const std::int64_t drawn = lengths.integer(std::max<std::int64_t>(low, 1), std::max<std::int64_t>(high, 1));
+    const std::int64_t drawn = drawn_lengths[static_cast<std::size_t>(b)];
     const std::int64_t prefix = std::max<std::int64_t>(drawn - (next_n + 1) / 2, 0);
     layout.prefix_lens[static_cast<std::size_t>(b)] = static_cast<std::int32_t>(prefix);
     for (int j = 0; j < next_n; ++j) {

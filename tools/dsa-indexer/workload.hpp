@@ -37,6 +37,11 @@ struct WorkloadLayout {
   std::int64_t cache_bytes(int head_dim) const;  // num_pages * 64 * (D + 4)
 };
 
+// `count` lengths drawn uniformly from [average * (1 - spread), average *
+// (1 + spread)] (at least 1), from the seed's stream of lengths.
+std::vector<std::int32_t> varied_lengths(std::int64_t count, std::int64_t average, double spread,
+                                         std::uint64_t seed);
+
 // Lengths uniform in [avg * (1 - spread), avg * (1 + spread)] (at least 0)
 // for the prefix, causal rows on top, pages of every request drawn from one
 // random permutation of [0, num_pages).
