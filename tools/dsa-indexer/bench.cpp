@@ -294,9 +294,8 @@ TopkLine measure_topk_line(const Bench& bench, std::int64_t rows, std::int64_t l
   line.length = length;
   line.spread = spread;
   line.distribution = distribution;
-  std::vector<std::int32_t> host_lengths =
-      spread > 0 ? varied_lengths(rows, length, spread, seed)
-                 : std::vector<std::int32_t>(static_cast<std::size_t>(rows), static_cast<std::int32_t>(length));
+  // With no spread every row is `length` long.
+  std::vector<std::int32_t> host_lengths = varied_lengths(rows, length, spread, seed);
   // Rows start on 256-byte boundaries, as an engine's logits rows do.
   const std::int64_t cols = (*std::max_element(host_lengths.begin(), host_lengths.end()) + 63) / 64 * 64;
   double valid = 0;
