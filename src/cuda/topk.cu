@@ -4,7 +4,8 @@
 // On sm_90, when there are too few rows to occupy the GPU, each row is
 // handled by a thread block cluster of up to 8 CTAs that each scan one
 // segment; the cluster's first CTA finishes the row through distributed
-// shared memory. Otherwise one CTA handles each row.
+// shared memory. Otherwise one CTA handles each row; the CTAs after the first
+// wave take the remaining rows longest first.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -27,6 +28,10 @@ using topk_impl::TopkArgs;
 constexpr int kBlocksPerMultiprocessor = 2;
 // A segment shorter than this is not worth another CTA.
 constexpr std::int64_t kMinSegmentValues = 8192;
+// Rows are ordered by length (row_by_length) only when some may be longer
+// than this: shorter rows take about as long as each other (the fixed phases
+// dominate), and ordering costs each CTA of the second wave ~1 µs.
+constexpr std::int64_t kMinOrderedLength = 49152;
 // Segments beyond this would overflow the candidate list (see
 // kCandidateCapacity) and take the slow path.
 constexpr std::int64_t kMaxSegmentValues = 131072;
@@ -36,14 +41,16 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
     topk_cluster_kernel(TopkArgs args) {
   extern __shared__ __align__(16) unsigned char shared_base[];
   auto& storage = *reinterpret_cast<SharedStorage*>(shared_base);
-  const std::int64_t row = blockIdx.x / static_cast<unsigned>(args.group_size);
+  const auto row_of = [&] {
+    return std::int64_t{blockIdx.x / static_cast<unsigned>(args.group_size)};
+  };
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  topk_impl::select_row<Bits, topk_impl::BlockCluster>(args, row, storage);
+  topk_impl::select_row<Bits, topk_impl::BlockCluster>(args, row_of, storage);
 #else
   // Compiled for a target without clusters but launched on a GPU with them
   // (PTX compiled just in time): the first CTA of each group does the row.
   if (blockIdx.x % static_cast<unsigned>(args.group_size) == 0) {
-    topk_impl::select_row<Bits, topk_impl::SingleBlock>(args, row, storage);
+    topk_impl::select_row<Bits, topk_impl::SingleBlock>(args, row_of, storage);
   }
 #endif
 }
@@ -53,7 +60,16 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
     topk_block_kernel(TopkArgs args) {
   extern __shared__ __align__(16) unsigned char shared_base[];
   auto& storage = *reinterpret_cast<SharedStorage*>(shared_base);
-  topk_impl::select_row<Bits, topk_impl::SingleBlock>(args, blockIdx.x, storage);
+  const int second_wave = args.second_wave;
+  const bool ordered = second_wave > 0 && static_cast<int>(blockIdx.x) >= second_wave;
+  if (ordered) {
+    topk_impl::row_by_length(args, second_wave, static_cast<int>(gridDim.x),
+                             static_cast<int>(blockIdx.x) - second_wave, storage);
+  }
+  const auto row_of = [&] {
+    return std::int64_t{ordered ? topk_impl::ordered_row(storage) : static_cast<int>(blockIdx.x)};
+  };
+  topk_impl::select_row<Bits, topk_impl::SingleBlock>(args, row_of, storage);
 }
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
@@ -78,6 +94,21 @@ int cluster_size_for(const TopkProblem& p, int device) {
   std::int64_t size = std::min(to_fill, std::max<std::int64_t>(1, p.cols / kMinSegmentValues));
   size = std::max(size, min_cluster_size(p));
   return static_cast<int>(std::clamp<std::int64_t>(size, 1, topk_impl::kMaxGroupSize));
+}
+
+// CTAs of `kernel` the device holds at once (0 when unknown).
+template <typename Kernel>
+std::int64_t resident_blocks(Kernel kernel, std::size_t shared_bytes, int device) {
+  int multiprocessors = 0;
+  int per_multiprocessor = 0;
+  if (cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device) !=
+          cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, kThreads,
+                                                    shared_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return std::int64_t{multiprocessors} * per_multiprocessor;
 }
 
 template <typename Bits>
@@ -125,6 +156,11 @@ Status launch_topk(const TopkProblem& p, TopkArgs args, cudaStream_t stream, int
   auto kernel = topk_block_kernel<Bits>;
   DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(kSharedBytes)));
+  const std::int64_t first_wave = resident_blocks(kernel, kSharedBytes, device);
+  if (first_wave > 0 && p.rows > first_wave && p.rows - first_wave <= topk_impl::kMaxOrderedRows &&
+      p.cols > kMinOrderedLength) {
+    args.second_wave = static_cast<int>(first_wave);
+  }
   kernel<<<static_cast<unsigned>(p.rows), kThreads, kSharedBytes, stream>>>(args);
   DSA_CUDA_CHECK_LAUNCH("topk_block_kernel");
   return Status::success();

@@ -340,15 +340,20 @@ TEST(GpuTopk, EveryDistributionBfloat16) {
   }
 }
 
+// Long rows beyond one wave of CTAs are taken longest first: 1000 rows up to
+// 54K long (many of equal length, ordered in two passes); more rows than that
+// order covers (5000) included.
 TEST(GpuTopk, ManyRowsOfVaryingLength) {
   DSA_REQUIRE_GPU();
   std::mt19937 rng(5);
-  for (std::int64_t rows : {1, 7, 512, 4096}) {
-    const std::int64_t cols = rows >= 4096 ? 3000 : 24000;
+  for (std::int64_t rows : {1, 7, 512, 1000, 4096, 5000}) {
+    const std::int64_t cols = rows >= 4096 ? 3000 : rows == 1000 ? 54000 : 24000;
     TopkCase c;
     c.cols = cols;
     std::uniform_int_distribution<std::int32_t> length(0, static_cast<std::int32_t>(cols));
-    for (std::int64_t r = 0; r < rows; ++r) c.lengths.push_back(length(rng));
+    for (std::int64_t r = 0; r < rows; ++r) {
+      c.lengths.push_back(rows == 1000 ? length(rng) / 6000 * 6000 : length(rng));
+    }
     c.k = 2048;
     c.spread = rows == 512 ? Spread::few_values : Spread::uniform;
     c.dtype = rows == 4096 ? dsa::DType::bfloat16 : dsa::DType::float32;

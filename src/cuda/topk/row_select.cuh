@@ -38,6 +38,7 @@
 
 #include <cooperative_groups.h>
 
+#include <climits>
 #include <cstdint>
 #include <cub/block/block_radix_sort.cuh>
 
@@ -96,6 +97,9 @@ struct TopkArgs {
   int rows_per_request = 1;
   DeviceErrorRecord* error = nullptr;
   int group_size = 1;  // CTAs per row
+  // First CTA of the second wave: the CTAs from it on take the rows from it
+  // on longest first (row_by_length); 0 when every CTA takes its own row.
+  int second_wave = 0;
 };
 
 inline TopkArgs topk_args(const TopkProblem& p, DeviceErrorRecord* error) {
@@ -143,6 +147,7 @@ struct RowShared {
   int staged_count;
   FoundBin found[2];
   int overflow;
+  int ordered_row;      // row_by_length's choice
   int range_count;
   Rank range_min;
   Rank range_max;
@@ -1160,11 +1165,72 @@ __device__ void write_equal_positions(const TopkArgs& a, std::int64_t row, const
   }
 }
 
-// Row `row`, shared by the Group::size() CTAs of a group.
-template <typename Bits, typename Group>
-__device__ void select_row(const TopkArgs& a, std::int64_t row, SharedStorage& sm) {
+// Most rows row_by_length orders: kOrderedRowsPerThread per thread.
+inline constexpr int kOrderedRowsPerThread = 8;
+inline constexpr int kMaxOrderedRows = kThreads * kOrderedRowsPerThread;
+
+// Sets sm.s.ordered_row to the place-th longest (ties by row) of rows
+// [first, rows), for the place-th CTA of the second wave. CTAs start in index
+// order, so the longest rows start first and the short ones fill the
+// multiprocessors that free up last: the rows end closer together than in row
+// order. The first wave keeps row order, as ordering it would delay every
+// CTA's start alike. Every CTA derives the same order from the lengths
+// (clamped to [0, cols], grouped into kBins bins of that range), so each row
+// is taken once. Rows are spread over the threads (row first + m·kThreads +
+// thread), one pass each: every CTA of the wave pays for the order.
+__device__ inline void row_by_length(const TopkArgs& a, int first, int rows, int place,
+                                     SharedStorage& sm) {
+  const int passes = (rows - first + kThreads - 1) / kThreads;
+  const float bins_per_position =
+      static_cast<float>(kBins - 1) / static_cast<float>(max(a.cols, std::int64_t{1}));
+  for (int bin = static_cast<int>(threadIdx.x); bin < kBins; bin += kThreads) sm.histogram[bin] = 0;
+  __syncthreads();
+  int bins[kOrderedRowsPerThread];
+#pragma unroll
+  for (int m = 0; m < kOrderedRowsPerThread; ++m) {
+    if (m >= passes) break;
+    const std::int64_t row = first + std::int64_t{m} * kThreads + threadIdx.x;
+    bins[m] = -1;
+    if (row < rows) {
+      const std::int64_t length =
+          min(max(std::int64_t{a.lengths[row * a.lengths_stride]}, std::int64_t{0}), a.cols);
+      bins[m] = min(static_cast<int>(static_cast<float>(length) * bins_per_position), kBins - 1);
+    }
+    add_to_histogram(sm.histogram, bins[m] >= 0, bins[m]);
+  }
+  __syncthreads();
+  // The bin holding the place-th longest row, then that row: the
+  // (place - above)-th of the bin's rows in row order.
+  const FoundBin found = find_threshold_bin(sm.histogram, place + 1, sm.s);
+  int index = place - found.above;
+#pragma unroll
+  for (int m = 0; m < kOrderedRowsPerThread; ++m) {
+    if (m >= passes) break;
+    const bool in_bin = bins[m] == found.bin;
+    int in_pass = 0;
+    const int before = block_exclusive_sum(in_bin ? 1 : 0, sm.s.warp_sums, &in_pass);
+    if (in_bin && before == index) {
+      sm.s.ordered_row = first + m * kThreads + static_cast<int>(threadIdx.x);
+    }
+    index -= in_pass;
+    if (index < 0) break;
+  }
+  __syncthreads();
+}
+
+// row_by_length's choice, read again each time (see select_row).
+__device__ inline int ordered_row(const SharedStorage& sm) {
+  return *static_cast<const volatile int*>(&sm.s.ordered_row);
+}
+
+// The row row_of() names, shared by the Group::size() CTAs of a group.
+// row_of is asked again after the scan rather than its answer held through
+// it: the scan's loads need every register.
+template <typename Bits, typename Group, typename RowOf>
+__device__ void select_row(const TopkArgs& a, RowOf&& row_of, SharedStorage& sm) {
   const unsigned group_size = Group::size();
   const unsigned group_rank = Group::rank();
+  std::int64_t row = row_of();
   const int length = a.lengths[row * a.lengths_stride];
   std::int32_t* out = a.indices + row * a.indices_stride;
 
@@ -1204,6 +1270,9 @@ __device__ void select_row(const TopkArgs& a, std::int64_t row, SharedStorage& s
   const int begin = static_cast<int>(min(group_rank * share, static_cast<std::int64_t>(length)));
   const int end = static_cast<int>(min(begin + share, static_cast<std::int64_t>(length)));
   scan_segment(bits, begin, end, sm);
+  row = row_of();
+  bits = static_cast<const Bits*>(a.logits) + row * a.logits_stride;
+  out = a.indices + row * a.indices_stride;
   // The first CTA of a group packs its list to make room for the group's
   // winners; the others push theirs from their slices.
   const bool packed = group_size > 1 && group_rank == 0;
