@@ -1,4 +1,4 @@
-// Entry points of the generic CUDA kernels that other CUDA translation units
+// Entry points of the CUDA kernels that other CUDA translation units
 // call without the per-operation bookkeeping (clearing the error record,
 // honouring check_device_errors): the caller has already done it.
 #pragma once
@@ -20,5 +20,9 @@ Status launch_generic_logits(const LogitsProblem& p, const ExecContext& ctx);
 
 // Enqueues the Hopper or the generic logits kernels.
 Status launch_paged_mqa_logits(const LogitsProblem& p, bool hopper, const ExecContext& ctx);
+
+// Enqueues the top-k kernels. A row breaking a length rule is recorded in
+// ctx's error record unless a violation is already there.
+Status launch_topk(const TopkProblem& p, const ExecContext& ctx);
 
 }  // namespace dsa::detail::cuda

@@ -2,10 +2,8 @@
 //
 // logits_then_topk: the logits of every row are staged in the workspace, then
 // selected by the top-k kernels. Workspace: [error record][staged logits]
-// [top-k lengths][top-k workspace, which starts with its own error record].
-// The top-k operation clears and fills its own record; a one-thread kernel
-// then carries its violation into this operation's record unless the scoring
-// already recorded one.
+// [top-k lengths]. The top-k kernels record into the same record, where the
+// first violation (the scoring's, when it found one) stays.
 //
 // fused (Hopper): the selection kernel scores like the logits kernel but
 // leaves candidate lists (candidate_lists.hpp) instead of logits; one CTA per
@@ -41,21 +39,17 @@ struct WorkspacePlan {
   std::size_t logits_offset = 0;  // from the workspace start
   std::int64_t logits_stride = 0;
   std::size_t lengths_offset = 0;
-  std::size_t topk_offset = 0;
-  std::size_t topk_bytes = 0;
   std::size_t total = 0;
 };
 
-WorkspacePlan plan_workspace(std::int64_t rows, std::int64_t max_context_len, int k, int device) {
+WorkspacePlan plan_workspace(std::int64_t rows, std::int64_t max_context_len) {
   WorkspacePlan plan;
   plan.logits_offset = kDeviceErrorRecordBytes;
   plan.logits_stride = staged_logits_stride(max_context_len);
   const auto logits_bytes = static_cast<std::size_t>(rows * plan.logits_stride) * sizeof(float);
   plan.lengths_offset = plan.logits_offset + align_workspace(logits_bytes);
-  plan.topk_offset =
+  plan.total =
       plan.lengths_offset + align_workspace(static_cast<std::size_t>(rows) * sizeof(std::int32_t));
-  plan.topk_bytes = align_workspace(topk_workspace_bytes(rows, max_context_len, k, device));
-  plan.total = plan.topk_offset + plan.topk_bytes;
   return plan;
 }
 
@@ -86,10 +80,6 @@ __global__ void topk_lengths_kernel(LogitsProblem p, const std::int32_t* topk_le
     }
     out[row] = static_cast<std::int32_t>(length);
   }
-}
-
-__global__ void merge_error_kernel(DeviceErrorRecord* record, const DeviceErrorRecord* later) {
-  if (record->code == kNoDeviceError && later->code != kNoDeviceError) *record = *later;
 }
 
 // Fused workspace: [error record][top-k lengths][list counts][lists].
@@ -206,10 +196,10 @@ Status fused_index_topk(const IndexTopkProblem& p, const ExecContext& ctx) {
 
 }  // namespace
 
-std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_context_len, int k,
-                                       bool fused, int workers, int rows_per_unit, int device) {
+std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_context_len, int /*k*/,
+                                       bool fused, int workers, int rows_per_unit, int /*device*/) {
   if (fused) return plan_fused_workspace(rows, workers, rows_per_unit).total;
-  return plan_workspace(rows, max_context_len, k, device).total;
+  return plan_workspace(rows, max_context_len).total;
 }
 
 Status index_topk(const IndexTopkProblem& p, bool hopper, const ExecContext& ctx) {
@@ -220,9 +210,8 @@ Status index_topk(const IndexTopkProblem& p, bool hopper, const ExecContext& ctx
   // and that the fused strategy runs on the Hopper kernels only.
   if (p.fused) return fused_index_topk(p, ctx);
   const std::int64_t rows = p.logits.rows();
-  const WorkspacePlan plan = plan_workspace(rows, p.logits.max_context_len, p.k, p.logits.device.index);
+  const WorkspacePlan plan = plan_workspace(rows, p.logits.max_context_len);
   unsigned char* workspace = static_cast<unsigned char*>(ctx.workspace.data);
-  const cudaStream_t stream = stream_of(ctx);
 
   // The scoring writes into the staged buffer.
   LogitsProblem scoring = p.logits;
@@ -235,14 +224,7 @@ Status index_topk(const IndexTopkProblem& p, bool hopper, const ExecContext& ctx
   DSA_RETURN_IF_ERROR(launch_paged_mqa_logits(scoring, hopper, ctx));
 
   const TopkProblem select = selection_problem(p, lengths, scoring.logits, scoring.logits_stride);
-  ExecContext select_ctx = ctx;
-  select_ctx.workspace = Workspace{workspace + plan.topk_offset, plan.topk_bytes};
-  select_ctx.check_device_errors = false;  // reported through this operation's record
-  DSA_RETURN_IF_ERROR(topk(select, select_ctx));
-
-  merge_error_kernel<<<1, 1, 0, stream>>>(error_record(ctx), error_record(select_ctx));
-  DSA_CUDA_CHECK_LAUNCH("merge_error_kernel");
-  return Status::success();
+  return launch_topk(select, ctx);
 }
 
 }  // namespace dsa::detail::cuda

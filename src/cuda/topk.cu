@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "backend.hpp"
+#include "cuda/generic_kernels.hpp"
 #include "cuda/launch_utils.hpp"
 #include "cuda/topk/row_select.cuh"
 #include "device_error.hpp"
@@ -112,7 +113,7 @@ std::int64_t resident_blocks(Kernel kernel, std::size_t shared_bytes, int device
 }
 
 template <typename Bits>
-Status launch_topk(const TopkProblem& p, TopkArgs args, cudaStream_t stream, int device) {
+Status launch_topk_kernels(const TopkProblem& p, TopkArgs args, cudaStream_t stream, int device) {
   constexpr std::size_t kSharedBytes = sizeof(SharedStorage);
   int cluster_size = cluster_size_for(p, device);
   if (cluster_size > 1) {
@@ -173,15 +174,19 @@ std::size_t topk_workspace_bytes(std::int64_t /*rows*/, std::int64_t /*max_lengt
   return kDeviceErrorRecordBytes;
 }
 
+Status launch_topk(const TopkProblem& p, const ExecContext& ctx) {
+  if (p.rows == 0) return Status::success();
+  const TopkArgs args = topk_impl::topk_args(p, error_record(ctx));
+  return p.logits_dtype == DType::bfloat16
+             ? launch_topk_kernels<std::uint16_t>(p, args, stream_of(ctx), p.device.index)
+             : launch_topk_kernels<std::uint32_t>(p, args, stream_of(ctx), p.device.index);
+}
+
 Status topk(const TopkProblem& p, const ExecContext& ctx) {
   DeviceGuard guard;
   DSA_RETURN_IF_ERROR(guard.enter(p.device.index));
   DSA_RETURN_IF_ERROR(clear_device_error(ctx));
-  if (p.rows == 0) return Status::success();
-  const TopkArgs args = topk_impl::topk_args(p, error_record(ctx));
-  return p.logits_dtype == DType::bfloat16
-             ? launch_topk<std::uint16_t>(p, args, stream_of(ctx), p.device.index)
-             : launch_topk<std::uint32_t>(p, args, stream_of(ctx), p.device.index);
+  return launch_topk(p, ctx);
 }
 
 }  // namespace dsa::detail::cuda
