@@ -157,10 +157,11 @@ Status launch_topk_kernels(const TopkProblem& p, TopkArgs args, cudaStream_t str
   auto kernel = topk_block_kernel<Bits>;
   DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(kSharedBytes)));
-  const std::int64_t first_wave = resident_blocks(kernel, kSharedBytes, device);
-  if (first_wave > 0 && p.rows > first_wave && p.rows - first_wave <= topk_impl::kMaxOrderedRows &&
-      p.cols > kMinOrderedLength) {
-    args.second_wave = static_cast<int>(first_wave);
+  if (p.cols > kMinOrderedLength) {
+    const std::int64_t first_wave = resident_blocks(kernel, kSharedBytes, device);
+    if (first_wave > 0 && p.rows > first_wave && p.rows - first_wave <= topk_impl::kMaxOrderedRows) {
+      args.second_wave = static_cast<int>(first_wave);
+    }
   }
   kernel<<<static_cast<unsigned>(p.rows), kThreads, kSharedBytes, stream>>>(args);
   DSA_CUDA_CHECK_LAUNCH("topk_block_kernel");

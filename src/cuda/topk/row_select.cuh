@@ -38,7 +38,6 @@
 
 #include <cooperative_groups.h>
 
-#include <climits>
 #include <cstdint>
 #include <cub/block/block_radix_sort.cuh>
 
