@@ -1,11 +1,12 @@
 // CUDA top-k: exact, deterministic selection that reads each row once (see
 // topk/row_select.cuh).
 //
-// On sm_90, when there are too few rows to occupy the GPU, each row is
-// handled by a thread block cluster of up to 8 CTAs that each scan one
-// segment; the cluster's first CTA finishes the row through distributed
-// shared memory. Otherwise one CTA handles each row; the CTAs after the first
-// wave take the remaining rows longest first.
+// On sm_90, when there are too few rows to occupy the GPU and the rows are
+// long enough for the split to pay (split_pays), each row is handled by a
+// thread block cluster of up to 8 CTAs that each scan one segment; the
+// cluster's first CTA finishes the row through distributed shared memory.
+// Otherwise one CTA handles each row; the CTAs after the first wave take the
+// remaining rows longest first.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -36,6 +37,12 @@ constexpr std::int64_t kMinOrderedLength = 49152;
 // Segments beyond this would overflow the candidate list (see
 // kCandidateCapacity) and take the slow path.
 constexpr std::int64_t kMaxSegmentValues = 131072;
+// What a cluster's exchanges (count merge, gather, the first CTA finishing
+// alone) cost, in values one CTA scans in that time: about 64K on an H200.
+// There, 32-256 rows of 32K-64K on average (logits 42K-83K wide) took
+// 21-40 us one CTA per row against 25-64 us in clusters of 2-5, while 32 rows
+// of logits 83K wide took 25.6 us in clusters of 8 against 27.8.
+constexpr std::int64_t kClusterCostValues = 65536;
 
 template <typename Bits>
 __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
@@ -78,9 +85,16 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 // Fewest CTAs per row whose segments fit the candidate list.
 std::int64_t min_cluster_size(const TopkProblem& p) { return ceil_div(p.cols, kMaxSegmentValues); }
 
+// Whether splitting each row over `size` CTAs beats one CTA per row: rows
+// one CTA cannot hold, or a split that saves more scanning than its
+// exchanges cost.
+bool split_pays(const TopkProblem& p, std::int64_t size) {
+  return min_cluster_size(p) > 1 || (size > 1 && p.cols - p.cols / size > kClusterCostValues);
+}
+
 // CTAs per row for the cluster kernel: enough CTAs to occupy every
 // multiprocessor twice, segments neither too short nor too long for the
-// candidate list. 1 when clusters are unavailable.
+// candidate list. 1 when clusters are unavailable or do not pay.
 int cluster_size_for(const TopkProblem& p, int device) {
   int major = 0;
   int multiprocessors = 0;
@@ -94,7 +108,8 @@ int cluster_size_for(const TopkProblem& p, int device) {
   const std::int64_t to_fill = ceil_div(kBlocksPerMultiprocessor * multiprocessors, p.rows);
   std::int64_t size = std::min(to_fill, std::max<std::int64_t>(1, p.cols / kMinSegmentValues));
   size = std::max(size, min_cluster_size(p));
-  return static_cast<int>(std::clamp<std::int64_t>(size, 1, topk_impl::kMaxGroupSize));
+  size = std::clamp<std::int64_t>(size, 1, topk_impl::kMaxGroupSize);
+  return split_pays(p, size) ? static_cast<int>(size) : 1;
 }
 
 // CTAs of `kernel` the device holds at once (0 when unknown).
@@ -132,8 +147,9 @@ Status launch_topk_kernels(const TopkProblem& p, TopkArgs args, cudaStream_t str
     config.numAttrs = 1;
     // Rows are short work each, so a second wave of clusters would nearly
     // double the call: the cluster shrinks (down to what the candidate list
-    // needs) until the GPU holds a cluster for every row at once. A
-    // partitioned GPU may hold no cluster at all; then one CTA per row serves.
+    // needs) until the GPU holds a cluster for every row at once. Where the
+    // clusters left no longer pay, or the GPU holds none, one CTA per row
+    // serves.
     int active_clusters = 0;
     cudaError_t occupancy = cudaSuccess;
     for (;;) {
@@ -147,7 +163,8 @@ Status launch_topk_kernels(const TopkProblem& p, TopkArgs args, cudaStream_t str
       if (active_clusters >= p.rows || cluster_size <= std::max<std::int64_t>(2, min_cluster_size(p))) break;
       --cluster_size;
     }
-    if (occupancy != cudaSuccess || active_clusters > 0) {
+    // Shrunk clusters may no longer pay; a partitioned GPU may hold none.
+    if (split_pays(p, cluster_size) && (occupancy != cudaSuccess || active_clusters > 0)) {
       args.group_size = cluster_size;
       DSA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args));
       return Status::success();
