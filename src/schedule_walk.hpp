@@ -71,8 +71,16 @@ DSA_HD void for_each_item(const std::int32_t* schedule, int worker, int num_work
   WorkItem item = worker_begin(schedule, worker);
   const WorkItem end = worker_end(schedule, worker, num_workers, units);
   if (item.unit < 0) item = WorkItem{0, 0};
+  // A unit's length is read once, not at every item: the walk is on the
+  // Hopper producers' path. The first is read before the loop, with nothing
+  // to wait for but the schedule.
+  std::int64_t length_unit = item.unit;
+  std::int64_t length = item.unit < units ? unit_length(lens, next_n, path, item.unit) : 0;
   while (item.unit < units && item_before(item, end)) {
-    const std::int64_t length = unit_length(lens, next_n, path, item.unit);
+    if (item.unit != length_unit) {
+      length_unit = item.unit;
+      length = unit_length(lens, next_n, path, item.unit);
+    }
     if (item.chunk < 0) item.chunk = 0;
     if (item.chunk >= chunks_for_length(length)) {
       item = WorkItem{item.unit + 1, 0};
