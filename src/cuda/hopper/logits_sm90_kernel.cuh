@@ -46,17 +46,15 @@ inline constexpr int kPageKeyBytes = kPageTokens * kHeadDim;
 inline constexpr int kPageScaleBytes = kPageTokens * 4;
 inline constexpr int kPagesPerChunk = kChunkTokens / kPageTokens;
 inline constexpr int kWarpgroupThreads = 128;
-// Consumer warpgroups per CTA of the scoring kernel, by the columns of a unit
-// (next_n x H). Above 128 columns a page takes two passes and the epilogues
-// leave the tensor cores idle: a fourth consumer keeps one more page in flight
-// per multiprocessor (4-6 % faster at next_n 3 and 4 on an H200). At 128 or
-// fewer it is ~3 % slower where work is large and ~4 % faster only at the
-// smallest shapes, so these keep three. Four fit the 96 registers a
-// 640-thread CTA allows without spills. The selection kernel keeps three: its
-// selection warp shares the registers evenly with the rest.
-constexpr int consumer_warpgroups(int columns, bool select) {
-  return !select && columns > 128 ? 4 : 3;
-}
+// Consumer warpgroups per CTA. A consumer spends most of a page waiting (for
+// its products, its shuffles, its stores), so the scoring kernel keeps four
+// pages in flight per multiprocessor, whatever the columns of a unit: against
+// three, 4-8 % faster on an H200 at next_n 2-4 and at the smallest shapes
+// (at 128 columns or fewer, measured ~3 % slower before the products'
+// descriptors moved to uniform registers). Four fit the 104 registers a
+// 640-thread CTA leaves them without spills. The selection kernel keeps
+// three: its selection warp shares the registers evenly with the rest.
+constexpr int consumer_warpgroups(bool select) { return select ? 3 : 4; }
 inline constexpr int kProducerWarps = 3;
 inline constexpr int kFillThreads = kWarpgroupThreads - 32 * kProducerWarps;
 // setmaxnreg budgets. A CTA of T threads is launched with 64K / T registers
@@ -140,7 +138,7 @@ struct QueryInfo {
 // stage back.
 template <int kRows, int kHeads, bool kSelect>
 struct SharedLayout {
-  static constexpr int kConsumers = consumer_warpgroups(kRows * kHeads, kSelect);
+  static constexpr int kConsumers = consumer_warpgroups(kSelect);
   static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumers);
   static constexpr int kQueryBytes = kRows * kHeads * kHeadDim;
   static constexpr int kPageLogitsBytes = kSelect ? kRows * kPageTokens * 4 : 0;
@@ -576,14 +574,15 @@ struct Pass {
 // Issues (without waiting) the matrix product of one pass into `acc`.
 template <int kHeads, int kFirstRow, int kColumns>
 __device__ __forceinline__ void issue_pass(const PageContext& page, float (&acc)[kColumns / 2]) {
-  const std::uint64_t key_descriptor = ptx::k_major_swizzle128_descriptor(page.keys);
-  const std::uint64_t query_descriptor =
-      ptx::k_major_swizzle128_descriptor(page.queries + kFirstRow * kHeads * kHeadDim);
+  const std::uint32_t key_descriptor = ptx::k_major_swizzle128_descriptor_low(page.keys);
+  const std::uint32_t query_descriptor =
+      ptx::k_major_swizzle128_descriptor_low(page.queries + kFirstRow * kHeads * kHeadDim);
   ptx::wgmma_fence();
 #pragma unroll
   for (int k = 0; k < kHeadDim / 32; ++k) {
     // 32 bytes along K inside the swizzle atom = 2 descriptor address units.
-    ptx::WgmmaE4m3<kColumns>::mma(acc, key_descriptor + 2 * k, query_descriptor + 2 * k, k > 0);
+    ptx::WgmmaE4m3<kColumns>::mma(acc, ptx::swizzle128_descriptor(key_descriptor + 2 * k),
+                                  ptx::swizzle128_descriptor(query_descriptor + 2 * k), k > 0);
   }
   ptx::wgmma_commit();
 }
@@ -795,7 +794,9 @@ __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThread
   }
   __syncthreads();
 
-  const int warpgroup = static_cast<int>(threadIdx.x) / kWarpgroupThreads;
+  // Read from lane 0, the warpgroup index is known to be warp-uniform: what
+  // derives from it (stage slots, descriptors) stays in uniform registers.
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
   // The selection warp keeps its lists' state in registers: the selection
   // kernel leaves every warp the even share.
   if (warpgroup == 0) {

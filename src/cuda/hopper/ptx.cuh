@@ -225,12 +225,17 @@ __device__ __forceinline__ bool elect_one() {
 
 // Shared-memory matrix descriptor of a K-major operand stored as rows of 128
 // bytes with the 128-byte swizzle (what a SWIZZLE_128B tensor copy writes):
-// groups of 8 rows are 1024 bytes apart; the leading offset is unused.
-__device__ __forceinline__ std::uint64_t k_major_swizzle128_descriptor(const void* tile) {
-  constexpr std::uint64_t kRowGroupStride = 1024;
-  const std::uint64_t address = smem_address(tile);
-  return ((address & 0x3FFFF) >> 4) | (std::uint64_t{1} << 16) |
-         ((kRowGroupStride >> 4) << 32) | (std::uint64_t{1} << 62);
+// groups of 8 rows are 1024 bytes apart; the leading offset is unused. The
+// upper word (row-group stride, swizzle mode) is the same for every such
+// tile, so only the lower word, which holds the start address in 16-byte
+// units, is computed: a small offset added to it moves the start without a
+// carry (shared addresses stay below 2^18 bytes, the field's 14 bits).
+inline constexpr std::uint32_t kSwizzle128DescriptorHigh = (1024 >> 4) | (1u << 30);
+__device__ __forceinline__ std::uint32_t k_major_swizzle128_descriptor_low(const void* tile) {
+  return ((smem_address(tile) & 0x3FFFF) >> 4) | (1u << 16);
+}
+__device__ __forceinline__ std::uint64_t swizzle128_descriptor(std::uint32_t low) {
+  return (std::uint64_t{kSwizzle128DescriptorHigh} << 32) | low;
 }
 
 // Orders register accesses before the next wgmma (required before the first
