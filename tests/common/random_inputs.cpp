@@ -132,8 +132,12 @@ Workload make_workload(const WorkloadSpec& spec) {
     if (!used[page]) continue;
     for (int t = 0; t < kTokensPerPage; ++t) {
       random_vector(rng, key.data(), spec.head_dim);
-      store_token(key.data(), page * kTokensPerPage + t, w.geometry, spec.power_of_two_scales,
-                  w.cache.data());
+      const std::int64_t slot = page * kTokensPerPage + t;
+      store_token(key.data(), slot, w.geometry, spec.power_of_two_scales, w.cache.data());
+      if (spec.negative_scales && slot % 3 == 1) {
+        const float negated = -cached_scale(w.cache.data(), w.geometry, slot);
+        std::memcpy(w.cache.data() + w.geometry.scale_byte(slot), &negated, sizeof negated);
+      }
     }
   }
 

@@ -42,6 +42,9 @@ struct WorkloadSpec {
   // Bytes between pages beyond the minimum 64 * (D + 4); a multiple of 16.
   std::int64_t page_padding_bytes = 0;
   bool power_of_two_scales = false;
+  // Every third token's cached scale negated, as in a cache the library did
+  // not write: max(0, scale * dot) then keeps the negative dot products.
+  bool negative_scales = false;
   std::uint64_t seed = 1;
 };
 

@@ -109,6 +109,7 @@ std::vector<LogitsCase> logits_cases() {
   cases.back().clean = false;
   add("float64", WorkloadSpec{.batch = 3, .next_n = 3}).float64 = true;
   add("power_of_two_scales", WorkloadSpec{.batch = 3, .next_n = 2, .power_of_two_scales = true});
+  add("negative_scales", WorkloadSpec{.batch = 3, .next_n = 2, .negative_scales = true});
   add("native_next_n4", WorkloadSpec{.batch = 2, .next_n = 4}).path = dsa::LogitsPath::native;
   add("per_token_next_n4", WorkloadSpec{.batch = 2, .next_n = 4}).path = dsa::LogitsPath::per_token;
   add("per_token_expanded", WorkloadSpec{.batch = 2, .next_n = 3, .convention = LengthConvention::expanded})
