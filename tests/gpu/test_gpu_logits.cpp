@@ -152,12 +152,6 @@ std::vector<LogitsCase> logits_cases() {
     add("long_padded_pages_pow2", s);
   }
   {
-    WorkloadSpec s = base;
-    s.next_n = 3;
-    s.negative_scales = true;
-    add("negative_scales", s);
-  }
-  {
     WorkloadSpec s = base;  // shapes only the generic kernels serve
     s.next_n = 2;
     s.heads = 3;
@@ -176,6 +170,12 @@ std::vector<LogitsCase> logits_cases() {
     WorkloadSpec s = base;
     s.batch = 0;
     add("empty_batch", s);
+  }
+  {
+    WorkloadSpec s = base;
+    s.next_n = 3;
+    s.negative_scales = true;
+    add("negative_scales", s);
   }
   return cases;
 }
