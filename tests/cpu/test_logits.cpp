@@ -109,7 +109,6 @@ std::vector<LogitsCase> logits_cases() {
   cases.back().clean = false;
   add("float64", WorkloadSpec{.batch = 3, .next_n = 3}).float64 = true;
   add("power_of_two_scales", WorkloadSpec{.batch = 3, .next_n = 2, .power_of_two_scales = true});
-  add("negative_scales", WorkloadSpec{.batch = 3, .next_n = 2, .negative_scales = true});
   add("native_next_n4", WorkloadSpec{.batch = 2, .next_n = 4}).path = dsa::LogitsPath::native;
   add("per_token_next_n4", WorkloadSpec{.batch = 2, .next_n = 4}).path = dsa::LogitsPath::per_token;
   add("per_token_expanded", WorkloadSpec{.batch = 2, .next_n = 3, .convention = LengthConvention::expanded})
@@ -117,6 +116,7 @@ std::vector<LogitsCase> logits_cases() {
   add("small_heads_d64", WorkloadSpec{.batch = 3, .next_n = 2, .heads = 8, .head_dim = 64});
   add("long_context", WorkloadSpec{.batch = 2, .next_n = 4, .min_prefix = 2000, .max_prefix = 3000});
   add("many_requests", WorkloadSpec{.batch = 40, .next_n = 1, .heads = 32, .max_prefix = 200});
+  add("negative_scales", WorkloadSpec{.batch = 3, .next_n = 2, .negative_scales = true});
   return cases;
 }
 
