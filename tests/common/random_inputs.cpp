@@ -131,7 +131,11 @@ Workload make_workload(const WorkloadSpec& spec) {
   for (std::int64_t page = 0; page < w.geometry.num_pages; ++page) {
     if (!used[page]) continue;
     for (int t = 0; t < kTokensPerPage; ++t) {
-      random_vector(rng, key.data(), spec.head_dim);
+      if (spec.extreme_products) {
+        std::fill(key.begin(), key.end(), 1.0f);
+      } else {
+        random_vector(rng, key.data(), spec.head_dim);
+      }
       const std::int64_t slot = page * kTokensPerPage + t;
       store_token(key.data(), slot, w.geometry, spec.power_of_two_scales, w.cache.data());
       if (spec.negative_scales && slot % 3 == 1) {
@@ -143,7 +147,14 @@ Workload make_workload(const WorkloadSpec& spec) {
 
   const std::int64_t head_values = w.rows() * spec.heads;
   w.q.resize(static_cast<std::size_t>(head_values * spec.head_dim));
-  for (std::int64_t i = 0; i < head_values; ++i) random_vector(rng, w.q.data() + i * spec.head_dim, spec.head_dim);
+  for (std::int64_t i = 0; i < head_values; ++i) {
+    float* head = w.q.data() + i * spec.head_dim;
+    if (spec.extreme_products) {
+      std::fill(head, head + spec.head_dim, i % 2 == 0 ? 1.0f : -1.0f);
+    } else {
+      random_vector(rng, head, spec.head_dim);
+    }
+  }
   std::normal_distribution<float> gate(0.0f, 1.0f);
   w.head_gate.resize(static_cast<std::size_t>(head_values));
   for (auto& g : w.head_gate) g = gate(rng);

@@ -45,6 +45,11 @@ struct WorkloadSpec {
   // Every third token's cached scale negated, as in a cache the library did
   // not write: max(0, scale * dot) then keeps the negative dot products.
   bool negative_scales = false;
+  // Every key and query element quantizes to the largest fp8 magnitude
+  // (448): keys positive, each query head of one sign (alternating by
+  // head), so every dot product is +-128 * 448^2, the largest the format
+  // allows, and every position of a row scores alike.
+  bool extreme_products = false;
   std::uint64_t seed = 1;
 };
 

@@ -117,6 +117,7 @@ std::vector<LogitsCase> logits_cases() {
   add("long_context", WorkloadSpec{.batch = 2, .next_n = 4, .min_prefix = 2000, .max_prefix = 3000});
   add("many_requests", WorkloadSpec{.batch = 40, .next_n = 1, .heads = 32, .max_prefix = 200});
   add("negative_scales", WorkloadSpec{.batch = 3, .next_n = 2, .negative_scales = true});
+  add("extreme_products", WorkloadSpec{.batch = 3, .next_n = 2, .extreme_products = true});
   return cases;
 }
 

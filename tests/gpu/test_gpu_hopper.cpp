@@ -204,6 +204,13 @@ std::vector<HopperCase> hopper_cases() {
     s.negative_scales = true;
     add("negative_scales_h" + std::to_string(heads), s);
   }
+  for (int heads : {32, 64}) {  // products at the edge of the consumers' ReLU range
+    WorkloadSpec s = base;
+    s.heads = heads;
+    s.next_n = heads == 32 ? 2 : 4;
+    s.extreme_products = true;
+    add("extreme_products_h" + std::to_string(heads), s);
+  }
   return cases;
 }
 

@@ -177,6 +177,12 @@ std::vector<LogitsCase> logits_cases() {
     s.negative_scales = true;
     add("negative_scales", s);
   }
+  {
+    WorkloadSpec s = base;
+    s.next_n = 2;
+    s.extreme_products = true;
+    add("extreme_products", s);
+  }
   return cases;
 }
 
