@@ -222,6 +222,9 @@ std::vector<FusedCase> fused_cases() {
     c->spec.min_prefix = 5000;
     c->spec.max_prefix = 12000;
   }
+  // One worker walks more than 4096 pages of a request: its queries are
+  // loaded again halfway, and its lists carry on across the two loads.
+  add("one_worker_reloads_queries_n2", 1, 2, {4300 * 64})->workers = 1;
   return cases;
 }
 
