@@ -156,6 +156,7 @@ struct FusedCase {
   LogitsPath path = LogitsPath::native;
   bool zero_weights = false;  // every logit 0: the winners are the first positions
   float weight_scale = 1.0f;  // large: logits overflow
+  float first_request_scale = 1.0f;  // request 0's weights only
 };
 
 // Each row's k entries in increasing order: unsorted output is a set.
@@ -225,6 +226,14 @@ std::vector<FusedCase> fused_cases() {
   // One worker walks more than 4096 pages of a request: its queries are
   // loaded again halfway, and its lists carry on across the two loads.
   add("one_worker_reloads_queries_n2", 1, 2, {4300 * 64})->workers = 1;
+  {
+    // One worker walks three requests, so the third's queries land in the
+    // query slot the first used, whose lists held logits far above the
+    // third's: nothing of the first request may shape the third's selection.
+    FusedCase* c = add("one_worker_three_requests_n2", 3, 2, {20000, 20000, 20000});
+    c->workers = 1;
+    c->first_request_scale = 1000.0f;
+  }
   return cases;
 }
 
@@ -236,6 +245,7 @@ TEST_P(GpuFusedIndexTopk, EqualsLogitsThenTopk) {
   Workload w = make_workload(c.spec);
   if (c.zero_weights) std::fill(w.weights.begin(), w.weights.end(), 0.0f);
   for (float& weight : w.weights) weight *= c.weight_scale;
+  for (std::int64_t i = 0; i < std::int64_t{w.next_n} * w.heads; ++i) w.weights[i] *= c.first_request_scale;
   const DeviceWorkload dw(w);
   const std::int64_t rows = w.rows();
   const int k = c.k;
