@@ -188,7 +188,8 @@ Status parse_cache(const char* op, const char* arg, const TensorView& cache, int
     DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, arg, cache));
   }
   const std::int64_t num_pages = cache.size(0);
-  const std::int64_t page_stride = cache.stride(0);
+  // As for q: the stride of a single page is free; the backends get the packed value.
+  const std::int64_t page_stride = num_pages > 1 ? cache.stride(0) : min_page_bytes;
   if (num_pages > 1 && page_stride < page_bytes) {
     return fail(ErrorCode::bad_stride, op, arg,
                 "page stride " + str(page_stride) + " is smaller than the " + str(page_bytes) +
@@ -399,7 +400,7 @@ Status validate_scoring_inputs(const char* op, const ScoringInputs& in, LogitsPr
   DSA_RETURN_IF_ERROR(expect_head_dim(op, "q", q.size(3)));
   DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "q", q));
   for (int d = 0; d < 3; ++d) {
-    if (q.stride(d) % kQueryRowAlignment != 0) {
+    if (q.size(d) > 1 && q.stride(d) % kQueryRowAlignment != 0) {
       return fail(ErrorCode::bad_alignment, op, "q",
                   "strides of dimensions 0..2 must be multiples of 16 bytes, got " + q.describe());
     }
@@ -454,9 +455,11 @@ Status validate_scoring_inputs(const char* op, const ScoringInputs& in, LogitsPr
   p.heads = heads;
   p.head_dim = head_dim;
   p.q = static_cast<const std::uint8_t*>(q.data);
-  p.q_stride_b = q.stride(0);
-  p.q_stride_n = q.stride(1);
-  p.q_stride_h = q.stride(2);
+  // A dimension of extent 1 is never stepped over, so its stride is free (PyTorch's
+  // DLPack export sets it to 1); the backends get the packed value.
+  p.q_stride_h = heads > 1 ? q.stride(2) : head_dim;
+  p.q_stride_n = next_n > 1 ? q.stride(1) : p.q_stride_h * heads;
+  p.q_stride_b = batch > 1 ? q.stride(0) : p.q_stride_n * next_n;
   p.weights = in.weights.ptr<const float>();
   p.weights_stride_row = in.weights.stride(0);
   p.lens = lengths_ref(in.context_lens);

@@ -24,6 +24,9 @@ struct LogitsCase {
   bool clean = true;
   bool bf16_out = false;
   bool float64 = false;
+  // Dimensions of extent 1 (of q, and the page dimension of a one-page cache)
+  // given stride 1, as PyTorch's DLPack export gives them: never stepped over.
+  bool unit_strides_of_extent_one = false;
 };
 
 // Everything one scoring call needs, kept alive together.
@@ -56,12 +59,19 @@ dsa::Status run_case(LogitsCall& call, const LogitsCase& c, const dsa::ExecConte
     call.strided_q = w.strided_q_fp8(c.q_pad_bytes);
     q = call.strided_q.view;
   }
+  dsa::TensorView cache = c.view_4d ? w.cache_view_4d() : w.cache_view_2d();
+  if (c.unit_strides_of_extent_one) {
+    for (dsa::TensorView* view : {&q, &cache}) {
+      for (int d = 0; d < view->ndim; ++d) {
+        if (view->size(d) == 1) view->strides[static_cast<std::size_t>(d)] = 1;
+      }
+    }
+  }
   dsa::LogitsOptions options;
   options.clean_logits = c.clean;
   options.path = c.path;
-  return dsa::paged_mqa_logits(q, c.view_4d ? w.cache_view_4d() : w.cache_view_2d(), w.weights_view(),
-                               w.context_lens_view(), w.block_table_view(), call.schedule.view(),
-                               w.max_context_len, call.logits.view, options, ctx);
+  return dsa::paged_mqa_logits(q, cache, w.weights_view(), w.context_lens_view(), w.block_table_view(),
+                               call.schedule.view(), w.max_context_len, call.logits.view, options, ctx);
 }
 
 Precision precision_of(const LogitsCase& c, dsa::Backend backend) {
@@ -118,6 +128,10 @@ std::vector<LogitsCase> logits_cases() {
   add("many_requests", WorkloadSpec{.batch = 40, .next_n = 1, .heads = 32, .max_prefix = 200});
   add("negative_scales", WorkloadSpec{.batch = 3, .next_n = 2, .negative_scales = true});
   add("extreme_products", WorkloadSpec{.batch = 3, .next_n = 2, .extreme_products = true});
+  add("unit_strides_decode_one_page", WorkloadSpec{.batch = 1, .next_n = 1, .max_prefix = 60, .extra_pages = 0})
+      .unit_strides_of_extent_one = true;
+  add("unit_strides_one_head", WorkloadSpec{.batch = 2, .next_n = 3, .heads = 1})
+      .unit_strides_of_extent_one = true;
   return cases;
 }
 

@@ -63,14 +63,11 @@ Status encode_query_map(PFN_cuTensorMapEncodeTiled_v12000 encode, const LogitsPr
   const std::int64_t batch = p.batch > 0 ? p.batch : 1;
   const cuuint64_t dims[4] = {kHeadDim, static_cast<cuuint64_t>(p.heads),
                               static_cast<cuuint64_t>(p.next_n), static_cast<cuuint64_t>(batch)};
-  // A dimension of extent 1 is never stepped over, so its stride is free; give
-  // it the packed value to satisfy the encoder's range rules.
-  const std::int64_t stride_h = p.heads > 1 ? p.q_stride_h : kHeadDim;
-  const std::int64_t stride_n = p.next_n > 1 ? p.q_stride_n : stride_h * p.heads;
-  const std::int64_t stride_b = batch > 1 ? p.q_stride_b : stride_n * p.next_n;
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(stride_h),
-                                 static_cast<cuuint64_t>(stride_n),
-                                 static_cast<cuuint64_t>(stride_b)};
+  // Validation gives dimensions of extent 1 their packed strides, which satisfy
+  // the encoder's range rules.
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(p.q_stride_h),
+                                 static_cast<cuuint64_t>(p.q_stride_n),
+                                 static_cast<cuuint64_t>(p.q_stride_b)};
   const cuuint32_t box[4] = {kHeadDim, static_cast<cuuint32_t>(p.heads),
                              static_cast<cuuint32_t>(rows), 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
