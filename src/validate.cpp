@@ -39,6 +39,20 @@ bool aligned(const void* pointer, std::int64_t alignment) {
   return reinterpret_cast<std::uintptr_t>(pointer) % static_cast<std::uintptr_t>(alignment) == 0;
 }
 
+// True when the product of the (non-negative) extents does not fit int64: every
+// size derived from them (B * next_n, rows, loop bounds) would wrap.
+bool element_count_overflows(const TensorView& view) {
+  std::int64_t count = 1;
+  bool overflow = false;
+  for (int d = 0; d < view.ndim; ++d) {
+    const std::int64_t extent = view.size(d);
+    if (extent == 0) return false;  // an empty tensor, whatever the other extents
+    overflow = overflow || count > std::numeric_limits<std::int64_t>::max() / extent;
+    if (!overflow) count *= extent;
+  }
+  return overflow;
+}
+
 // Presence, rank, dtype, non-negative extents and strides of a required tensor.
 Status check_tensor(const char* op, const char* arg, const TensorView& view, int rank,
                     std::initializer_list<DType> dtypes) {
@@ -63,6 +77,10 @@ Status check_tensor(const char* op, const char* arg, const TensorView& view, int
                   "negative strides are not accepted, got " + view.describe());
     }
   }
+  if (element_count_overflows(view)) {
+    return fail(ErrorCode::bad_shape, op, arg,
+                "extents multiply past the int64 range, got " + view.describe());
+  }
   if (view.data == nullptr && view.numel() > 0) {
     return fail(ErrorCode::null_pointer, op, arg,
                 "data pointer is null but the tensor has " + str(view.numel()) + " elements");
@@ -85,6 +103,18 @@ Status expect_inner_contiguous(const char* op, const char* arg, const TensorView
   if (view.size(inner) > 1 && view.stride(inner) != 1) {
     return fail(ErrorCode::bad_stride, op, arg,
                 "inner dimension must be contiguous (stride 1), got " + view.describe());
+  }
+  return Status::success();
+}
+
+// Rows of a 2-D output hold `written` elements each; a smaller row stride would make
+// them overlap, so one row's results would overwrite another's.
+Status expect_rows_apart(const char* op, const char* arg, const TensorView& view, std::int64_t written,
+                         const std::string& meaning) {
+  if (view.size(0) > 1 && view.stride(0) < written) {
+    return fail(ErrorCode::bad_stride, op, arg,
+                "row stride " + str(view.stride(0)) + " is smaller than " + meaning + " = " + str(written) +
+                    " (rows would overlap)");
   }
   return Status::success();
 }
@@ -122,7 +152,8 @@ Status expect_indices(const char* op, const TensorView& indices, std::int64_t ro
     return fail(ErrorCode::k_out_of_range, op, "indices",
                 "has " + str(indices.size(1)) + " columns, fewer than k = " + str(k));
   }
-  return expect_inner_contiguous(op, "indices", indices);
+  DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "indices", indices));
+  return expect_rows_apart(op, "indices", indices, k, "k");
 }
 
 using NamedView = std::pair<const char*, const TensorView*>;
@@ -302,6 +333,7 @@ Status validate_quantize_queries(const TensorView& q, const TensorView& head_gat
   DSA_RETURN_IF_ERROR(expect_extent(op, "weights", weights, 0, rows, "B * next_n"));
   DSA_RETURN_IF_ERROR(expect_extent(op, "weights", weights, 1, heads, "the head count of q"));
   DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "weights", weights));
+  DSA_RETURN_IF_ERROR(expect_rows_apart(op, "weights", weights, heads, "the head count of q"));
   if (!std::isfinite(options.weight_scale)) {
     return fail(ErrorCode::invalid_argument, op, "options.weight_scale", "must be finite");
   }
@@ -484,11 +516,7 @@ Status validate_logits_output(const TensorView& logits, const LogitsOptions& opt
                     str(problem->max_context_len));
   }
   DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "logits", logits));
-  if (logits.size(0) > 1 && logits.stride(0) < problem->max_context_len) {
-    return fail(ErrorCode::bad_stride, op, "logits",
-                "row stride " + str(logits.stride(0)) + " is smaller than max_context_len = " +
-                    str(problem->max_context_len));
-  }
+  DSA_RETURN_IF_ERROR(expect_rows_apart(op, "logits", logits, problem->max_context_len, "max_context_len"));
   DSA_RETURN_IF_ERROR(expect_device(op, "logits", logits, problem->device));
   problem->logits = logits.data;
   problem->logits_dtype = logits.dtype;
@@ -526,6 +554,10 @@ Status validate_topk(const TensorView& logits, const TensorView& lengths, int k,
   DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "logits", logits));
   const std::int64_t rows = logits.size(0), cols = logits.size(1);
   if (cols > kInt32Max) return fail(ErrorCode::bad_shape, op, "logits", "more columns than int32 positions can index");
+  // The CUDA kernels give every row its own thread block (at most 2^31 - 1 of them).
+  if (rows > kInt32Max) {
+    return fail(ErrorCode::bad_shape, op, "logits", "more rows than the int32 range, got " + logits.describe());
+  }
   DSA_RETURN_IF_ERROR(check_tensor(op, "lengths", lengths, 1, {DType::int32}));
   DSA_RETURN_IF_ERROR(expect_extent(op, "lengths", lengths, 0, rows, "the rows of logits"));
   DSA_RETURN_IF_ERROR(expect_k(op, k));

@@ -110,6 +110,11 @@ TEST_P(ScoringValidation, QueryRules) {
   EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_alignment, "paged_mqa_logits", "q"));
   q = with_data(good, nullptr);
   EXPECT_TRUE(fails_with(call_logits(), ErrorCode::null_pointer, "paged_mqa_logits", "q"));
+  // Extents whose product wraps int64 (B * next_n would read as 0).
+  q = dsa::make_view(good.data, good.dtype, {std::int64_t{1} << 62, 4, 64, 128});
+  const dsa::Status wrapped = call_logits();
+  EXPECT_EQ(wrapped.code(), ErrorCode::bad_shape) << wrapped.to_string();
+  EXPECT_EQ(wrapped.message().rfind("paged_mqa_logits: q: ", 0), 0u) << wrapped.to_string();
 }
 
 TEST_P(ScoringValidation, CacheRules) {
@@ -298,6 +303,8 @@ TEST_P(ScoringValidation, IndexTopkRules) {
   EXPECT_TRUE(fails_with(call_index_topk(), ErrorCode::bad_dtype, "index_topk", "indices"));
   indices = with_data(good_indices, nullptr);
   EXPECT_TRUE(fails_with(call_index_topk(), ErrorCode::null_pointer, "index_topk", "indices"));
+  indices = dsa::make_view(good_indices.data, dsa::DType::int32, {w.rows(), 16}, {8, 1});  // rows overlap
+  EXPECT_TRUE(fails_with(call_index_topk(), ErrorCode::bad_stride, "index_topk", "indices"));
   indices = good_indices;
   topk_lens = dsa::TensorView{};
   EXPECT_TRUE(call_index_topk().ok());
@@ -409,8 +416,21 @@ TEST_P(TopkValidation, ShapeDtypeStrideAndNullRules) {
   EXPECT_TRUE(fails_with(call(), ErrorCode::bad_shape, "topk", "indices"));
   indices = dsa::make_view(good_indices.data, dsa::DType::int32, {4, 16}, {32, 2});
   EXPECT_TRUE(fails_with(call(16), ErrorCode::bad_stride, "topk", "indices"));
+  indices = dsa::make_view(good_indices.data, dsa::DType::int32, {4, 32}, {16, 1});  // rows overlap
+  EXPECT_TRUE(fails_with(call(32), ErrorCode::bad_stride, "topk", "indices"));
+  EXPECT_TRUE(call(16).ok());  // rows of k = 16 written columns do not overlap
   indices = with_data(good_indices, nullptr);
   EXPECT_TRUE(fails_with(call(), ErrorCode::null_pointer, "topk", "indices"));
+}
+
+// The CUDA kernels give every row its own thread block: rows beyond int32 are refused
+// rather than wrapped. Every view repeats one row (stride 0), so nothing large is allocated.
+TEST_P(TopkValidation, RowsBeyondInt32) {
+  const std::int64_t rows = std::int64_t{1} << 31;
+  logits = dsa::make_view(values.view.data, dsa::DType::float32, {rows, 300}, {0, 1});
+  lengths = dsa::make_view(lengths_storage.data(), dsa::DType::int32, {rows}, {0});
+  indices = dsa::make_view(output.view.data, dsa::DType::int32, {rows, 32}, {0, 1});
+  EXPECT_TRUE(fails_with(call(), ErrorCode::bad_shape, "topk", "logits"));
 }
 
 TEST_P(TopkValidation, BlockTableTransformRules) {
@@ -508,6 +528,16 @@ TEST_P(OtherOpsValidation, QuantizeQueriesRules) {
                          ErrorCode::bad_stride, "quantize_queries", "q"));
   EXPECT_TRUE(fails_with(quantize(good_q, good_gate, good_out, with_data(good_weights, nullptr)),
                          ErrorCode::null_pointer, "quantize_queries", "weights"));
+  EXPECT_TRUE(fails_with(quantize(good_q, good_gate, good_out, dsa::make_view(weights.data(), dsa::DType::float32,
+                                                                              {2, 4}, {2, 1})),  // rows overlap
+                         ErrorCode::bad_stride, "quantize_queries", "weights"));
+  // Extents whose product wraps int64 (B * next_n * H would read as 0).
+  const std::int64_t huge = std::int64_t{1} << 40;
+  EXPECT_TRUE(fails_with(quantize(dsa::make_view(q.data(), dsa::DType::float32, {huge, huge, 1, 16}),
+                                  with_shape(good_gate, {0, 1}),
+                                  dsa::make_view(q_fp8.data(), dsa::DType::float8_e4m3, {huge, huge, 1, 16}),
+                                  with_shape(good_weights, {0, 1})),
+                         ErrorCode::bad_shape, "quantize_queries", "q"));
 }
 
 TEST_P(OtherOpsValidation, LengthsRules) {
