@@ -12,7 +12,8 @@
 //   2-D [num_pages, bytes_per_page] with strides [page_stride, 1], or
 //   4-D [num_pages, 64, 1, D + 4] with strides [page_stride, D + 4, D + 4, 1]
 //       (the DeepGEMM view; D + 4 is the byte width of its last dimension),
-// where bytes_per_page >= 64 * (D + 4) and page_stride % 16 == 0.
+// where bytes_per_page >= 64 * (D + 4) and page_stride % 16 == 0 (the page
+// stride of a one-page cache is never used and may be anything).
 #pragma once
 
 #include <cstdint>

@@ -36,7 +36,8 @@ struct IndexTopkOptions {
 //              [0, topk_lens[r]), with topk_lens[r] <= L[b, j]; an empty view
 //              means topk_lens[r] = context_lens[b, j] (the causal convention);
 //              with expanded lengths pass the causal ones here
-//   indices    int32 [B * next_n, K] output, K >= options.k
+//   indices    int32 [B * next_n, K] output, K >= options.k, inner dimension
+//              contiguous, row stride >= options.k
 // The result is exactly topk(paged_mqa_logits(...), topk_lens, k) with the
 // same options: same contract, same tie rule, bitwise deterministic.
 Status index_topk(const TensorView& q, const TensorView& key_cache, const TensorView& weights,

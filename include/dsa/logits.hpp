@@ -20,7 +20,8 @@ struct LogitsOptions {
 // Scores every cached key position for every query row.
 //
 //   q               float8_e4m3 [B, next_n, H, D]; inner dimension contiguous,
-//                   row strides multiples of 16 bytes. H in {32, 64} on the
+//                   row strides multiples of 16 bytes (those of dimensions of
+//                   extent 1 are never used and may be anything). H in {32, 64} on the
 //                   Hopper backend, any H >= 1 elsewhere; D == the cache's D.
 //   key_cache       uint8 paged cache (see dsa/cache.hpp) of num_pages pages
 //   weights         float32 [B * next_n, H], inner dimension contiguous; the

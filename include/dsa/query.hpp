@@ -18,7 +18,7 @@ struct QuantizeQueriesOptions {
 //   q          bfloat16 or float32 [B, next_n, H, D], inner dimension contiguous
 //   head_gate  bfloat16 or float32 [B * next_n, H] (the raw weights_proj output)
 //   q_fp8      float8_e4m3 [B, next_n, H, D] output, inner dimension contiguous
-//   weights    float32 [B * next_n, H] output, inner dimension contiguous
+//   weights    float32 [B * next_n, H] output, inner dimension contiguous, row stride >= H
 // For row r = b * next_n + j and head h: amax = max(max_d |q[b,j,h,d]|, 1e-4),
 // q_scale = amax / 448 (power of two if asked), q_fp8 = e4m3(q / q_scale),
 // weights[r, h] = head_gate[r, h] * q_scale * weight_scale.

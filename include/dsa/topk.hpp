@@ -25,11 +25,11 @@ struct TopkOptions {
 };
 
 // Selects the k largest values of each row.
-//   logits   float32 or bfloat16 [T, N], inner dimension contiguous, any row stride
+//   logits   float32 or bfloat16 [T, N], T < 2^31, inner dimension contiguous, any row stride
 //   lengths  int32 [T]; 0 <= lengths[r] <= N (length_out_of_range)
 //   k        1 <= k <= 2048 (k_out_of_range)
-//   indices  int32 [T, K] output with K >= k, inner dimension contiguous; columns
-//            [0, k) are written
+//   indices  int32 [T, K] output with K >= k, inner dimension contiguous, row
+//            stride >= k; columns [0, k) are written
 // Row r: when lengths[r] <= k, positions 0 .. lengths[r] - 1 in increasing
 // order (with or without `sorted`), then -1. Otherwise the k positions of the largest values among
 // [0, lengths[r]) under this total order: NaN counts as -inf, -0.0 equals
