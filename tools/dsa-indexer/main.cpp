@@ -1,5 +1,6 @@
 // dsa-indexer: run and verify the index-selection pipeline, or benchmark it.
 #include <cstdio>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -14,14 +15,21 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dsa-indexer: %s\nRun 'dsa-indexer --help' for usage.\n", parsed.error.c_str());
     return 2;
   }
-  switch (parsed.options.command) {
-    case dsa_cli::Command::help:
-      std::fputs(dsa_cli::usage_text().c_str(), stdout);
-      return 0;
-    case dsa_cli::Command::bench:
-      return dsa_cli::bench_command(parsed.options);
-    case dsa_cli::Command::run:
-      break;
+  // Host buffers are sized by --batch and --context: running out of memory is
+  // reported like any other error instead of aborting.
+  try {
+    switch (parsed.options.command) {
+      case dsa_cli::Command::help:
+        std::fputs(dsa_cli::usage_text().c_str(), stdout);
+        return 0;
+      case dsa_cli::Command::bench:
+        return dsa_cli::bench_command(parsed.options);
+      case dsa_cli::Command::run:
+        break;
+    }
+    return dsa_cli::run_command(parsed.options);
+  } catch (const std::bad_alloc&) {
+    std::fputs("dsa-indexer: error: out of host memory for this workload; lower --batch or --context\n", stderr);
+    return 1;
   }
-  return dsa_cli::run_command(parsed.options);
 }

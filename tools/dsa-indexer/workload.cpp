@@ -94,6 +94,13 @@ std::vector<std::int32_t> varied_lengths(std::int64_t count, std::int64_t averag
   return lengths;
 }
 
+std::int64_t max_cache_slots(const WorkloadShape& shape) {
+  const auto longest_drawn =
+      static_cast<std::int64_t>(std::ceil(static_cast<double>(shape.avg_context) * (1.0 + shape.spread)));
+  const std::int64_t pages = (longest_drawn + shape.next_n + dsa::kPageTokens - 1) / dsa::kPageTokens;
+  return shape.batch * pages * dsa::kPageTokens;
+}
+
 WorkloadLayout make_layout(const WorkloadShape& shape) {
   WorkloadLayout layout;
   const std::int64_t batch = shape.batch;

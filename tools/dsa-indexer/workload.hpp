@@ -42,6 +42,10 @@ struct WorkloadLayout {
 std::vector<std::int32_t> varied_lengths(std::int64_t count, std::int64_t average, double spread,
                                          std::uint64_t seed);
 
+// Most cache slots make_layout can use for `shape`: every request's longest row
+// (at most the longest drawn length plus next_n) in whole pages.
+std::int64_t max_cache_slots(const WorkloadShape& shape);
+
 // Lengths uniform in [avg * (1 - spread), avg * (1 + spread)] (at least 0)
 // for the prefix, causal rows on top, pages of every request drawn from one
 // random permutation of [0, num_pages).
