@@ -60,6 +60,22 @@ PAGE_TOKENS = _core.PAGE_TOKENS
 CHUNK_TOKENS = _core.CHUNK_TOKENS
 
 
+def _int32(value, op, name):
+    """`value` as an int for the library's 32-bit integer argument `name` of `op`: one beyond
+    that range cannot be passed on, so it raises ValueError here, before any output is sized
+    from it."""
+    number = int(value)
+    if not -(2**31) <= number < 2**31:
+        raise ValueError(f"{op}: {name}: {number} is beyond the int32 range of the argument")
+    return number
+
+
+def _index_columns(k):
+    """Columns of an index output allocated for `k`: the library accepts k up to MAX_TOPK and
+    reports any other k itself."""
+    return min(max(k, 0), MAX_TOPK)
+
+
 def _choice(table, value, what):
     try:
         return table[value]
@@ -155,14 +171,15 @@ def context_lens(lens, next_n, convention="causal", *, out=None, workspace=None,
                "expanded": L[b, j] = lens[b] + next_n       (lens = committed prefix)
                "legacy":   L[b, j] = max(0, lens[b] - next_n + j + 1)  (1-D lengths)"""
     builder = _choice(_LENGTH_BUILDERS, convention, "convention")
+    next_n = _int32(next_n, f"{convention}_context_lens", "next_n")
     if out is None and _torch_ops.is_compiling():
-        return _torch_ops.context_lens(lens, int(next_n), convention,
+        return _torch_ops.context_lens(lens, next_n, convention,
                                       execution.get("backend", "auto"))
     if out is None:
-        out = fw.empty(lens, (_extent(lens, 0), max(int(next_n), 0)), "int32")
+        out = fw.empty(lens, (_extent(lens, 0), max(next_n, 0)), "int32")
     ctx = make_context(lens, **execution)
     ws = _basic_workspace(lens, ctx, workspace)
-    builder(fw.export(lens), int(next_n), fw.export(out), ctx, fw.export(ws))
+    builder(fw.export(lens), next_n, fw.export(out), ctx, fw.export(ws))
     return out
 
 
@@ -211,10 +228,11 @@ def plan_schedule(context_lens, num_workers=None, path="auto", *, out=None, work
     if num_workers is None:
         device_type, index = _device(context_lens)
         num_workers = _core.default_num_workers(device_type, index, ctx)
+    num_workers = _int32(num_workers, "plan_schedule", "num_workers")
     if out is None:
-        out = fw.empty(context_lens, (max(int(num_workers), 0) + 1, 2), "int32")
+        out = fw.empty(context_lens, (max(num_workers, 0) + 1, 2), "int32")
     ws = _basic_workspace(context_lens, ctx, workspace)
-    _core.plan_schedule(fw.export(context_lens), int(num_workers), _PATHS[path], fw.export(out),
+    _core.plan_schedule(fw.export(context_lens), num_workers, _PATHS[path], fw.export(out),
                         ctx, fw.export(ws))
     return out
 
@@ -266,23 +284,25 @@ def topk(logits, lengths, k, *, sorted=False, block_table=None, rows_per_request
 
     Rows with lengths[r] <= k give 0 .. lengths[r] - 1 then -1. With block_table
     ([B, max_blocks]) positions become cache slots of request r // rows_per_request."""
+    k = _int32(k, "topk", "k")
+    rows_per_request = _int32(rows_per_request, "topk", "rows_per_request")
     if out is None and _torch_ops.is_compiling():
-        return _torch_ops.topk(logits, lengths, int(k), bool(sorted), block_table,
-                              int(rows_per_request), execution.get("backend", "auto"))
+        return _torch_ops.topk(logits, lengths, k, bool(sorted), block_table,
+                              rows_per_request, execution.get("backend", "auto"))
     if out is None:
-        out = fw.empty(logits, (_extent(logits, 0), max(int(k), 0)), "int32")
+        out = fw.empty(logits, (_extent(logits, 0), _index_columns(k)), "int32")
     ctx = make_context(logits, **execution)
     if workspace is None:
-        nbytes = _core.topk_workspace_bytes(_extent(logits, 0), _extent(logits, 1), int(k), ctx)
+        nbytes = _core.topk_workspace_bytes(_extent(logits, 0), _extent(logits, 1), k, ctx)
         workspace = fw.workspace(logits, nbytes)
-    _core.topk(fw.export(logits), fw.export(lengths), int(k), fw.export(out), bool(sorted),
-               fw.export(block_table), int(rows_per_request), ctx, fw.export(workspace))
+    _core.topk(fw.export(logits), fw.export(lengths), k, fw.export(out), bool(sorted),
+               fw.export(block_table), rows_per_request, ctx, fw.export(workspace))
     return out
 
 
 def _index_topk_options(k, sorted, physical_slots, path, strategy):
     options = _core.IndexTopkOptions()
-    options.k = int(k)
+    options.k = _int32(k, "index_topk", "k")
     options.sorted = bool(sorted)
     options.physical_slots = bool(physical_slots)
     options.path = _choice(_PATHS, path, "path")
@@ -306,7 +326,7 @@ def index_topk(q, key_cache, weights, context_lens, block_table, max_context_len
     schedule = _scoring_schedule(q, context_lens, schedule, path, execution)
     rows = _extent(q, 0) * _extent(q, 1)
     if out is None:
-        out = fw.empty(q, (rows, max(int(k), 0)), "int32")
+        out = fw.empty(q, (rows, _index_columns(options.k)), "int32")
     ctx = make_context(q, **execution)
     if workspace is None:
         nbytes = _core.index_topk_workspace_bytes(rows, int(max_context_len), options, ctx)

@@ -204,6 +204,16 @@ def test_paged_mqa_logits_layouts_and_strided_output(rng):
     assert_logits_close(out, reference_logits(p))
 
 
+def test_strides_of_extent_one_dimensions_are_free(rng):
+    # PyTorch's DLPack export (1.13 to 2.8) gives every dimension of extent 1 stride 1.
+    p = scoring_problem(rng, batch=1, next_n=1, max_prefix=50, pages=1)
+    unit = np.lib.stride_tricks.as_strided
+    q = unit(p["q"], p["q"].shape, (1, 1) + p["q"].strides[2:])
+    cache = unit(p["cache"], p["cache"].shape, (1, 1))
+    out = dsa.paged_mqa_logits(q, cache, p["weights"], p["lens"], p["table"], p["max_len"])
+    assert_logits_close(out, reference_logits(p))
+
+
 def test_paged_mqa_logits_backends_agree(rng):
     p = scoring_problem(rng, next_n=3)
     args = (p["q"], p["cache"], p["weights"], p["lens"], p["table"], p["max_len"])
@@ -318,6 +328,31 @@ def test_topk_errors(rng):
         dsa.topk(values, np.array([11, 5], dtype=np.int32), 3)
     with pytest.raises(ValueError, match="topk: indices"):
         dsa.topk(values, lengths, 3, out=np.zeros((2, 2), dtype=np.int32))
+    overlapping = np.lib.stride_tricks.as_strided(np.zeros(3, dtype=np.int32), (2, 3), (4, 4))
+    with pytest.raises(ValueError, match="bad_stride: topk: indices: row stride 1"):
+        dsa.topk(values, lengths, 3, out=overlapping)
+    # A k the library refuses is reported by it, not sized into a huge output first.
+    with pytest.raises(ValueError, match="k_out_of_range: topk: k"):
+        dsa.topk(np.zeros((64, 10), dtype=np.float32), np.zeros(64, dtype=np.int32), 2**31 - 1)
+
+
+def test_integer_arguments_beyond_int32_name_the_argument(rng):
+    values = rng.standard_normal((2, 10)).astype(np.float32)
+    lengths = np.array([10, 5], dtype=np.int32)
+    with pytest.raises(ValueError, match="topk: k: 2147483648 is beyond the int32 range"):
+        dsa.topk(values, lengths, 2**31)
+    with pytest.raises(ValueError, match="topk: rows_per_request: .* int32"):
+        dsa.topk(values, lengths, 3, block_table=np.zeros((2, 1), dtype=np.int32),
+                 rows_per_request=2**40)
+    with pytest.raises(ValueError, match="causal_context_lens: next_n: .* int32"):
+        dsa.causal_context_lens(np.array([3], dtype=np.int32), 2**40)
+    lens = dsa.causal_context_lens(np.array([10, 20], dtype=np.int32), 2)
+    with pytest.raises(ValueError, match="plan_schedule: num_workers: .* int32"):
+        dsa.plan_schedule(lens, 2**31)
+    p = scoring_problem(rng)
+    with pytest.raises(ValueError, match="index_topk: k: .* int32"):
+        dsa.index_topk(p["q"], p["cache"], p["weights"], p["lens"], p["table"], p["max_len"],
+                       2**40)
 
 
 @pytest.mark.parametrize("strategy", ["auto", "fused", "logits_then_topk"])
