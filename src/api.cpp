@@ -2,6 +2,7 @@
 // backend entry point (src/backend.hpp).
 #include <algorithm>
 #include <cstdint>
+#include <new>
 #include <string>
 
 #include "backend.hpp"
@@ -33,6 +34,11 @@ bool is_cuda_engine(Engine engine) {
 
 // The engine for an operation without a Hopper-specific kernel.
 Status select_engine(const char* op, Device device, const ExecContext& ctx, Engine* engine) {
+  if (!is_cpu_backend(ctx.backend) && ctx.backend != Backend::automatic &&
+      ctx.backend != Backend::cuda_generic && ctx.backend != Backend::cuda_hopper) {
+    return {ErrorCode::invalid_argument, std::string(op) + ": ctx.backend: not a Backend value, got " +
+                                             std::to_string(static_cast<int>(ctx.backend))};
+  }
   const bool on_cuda = device.type == DeviceType::cuda;
   if (on_cuda == is_cpu_backend(ctx.backend) && ctx.backend != Backend::automatic) {
     return {ErrorCode::bad_device, std::string(op) + ": ctx.backend: the " + backend_name(ctx.backend) +
@@ -40,6 +46,11 @@ Status select_engine(const char* op, Device device, const ExecContext& ctx, Engi
                                        (on_cuda ? "CUDA device memory" : "host memory")};
   }
   if (!on_cuda) {
+    if (ctx.num_threads < 0 || ctx.num_threads > kMaxCpuThreads) {
+      return {ErrorCode::invalid_argument,
+              std::string(op) + ": ctx.num_threads: must be in [0, " + std::to_string(kMaxCpuThreads) +
+                  "] (0: the hardware concurrency), got " + std::to_string(ctx.num_threads)};
+    }
     *engine = ctx.backend == Backend::cpu_reference ? Engine::cpu_reference : Engine::cpu_parallel;
   } else {
     *engine = Engine::cuda_generic;
@@ -101,6 +112,18 @@ Status check_workspace(const char* op, const ExecContext& ctx, std::size_t requi
   return Status::success();
 }
 
+// CPU operations allocate their buffers (staged logits, per-thread scratch)
+// as they run: a failed allocation becomes the call's Status.
+template <typename Call>
+Status run_cpu(const char* op, Call&& call) {
+  try {
+    return call();
+  } catch (const std::bad_alloc&) {
+    return {ErrorCode::out_of_memory,
+            std::string(op) + ": the host memory the CPU backend needs for this call could not be allocated"};
+  }
+}
+
 // Checks the workspace, launches, and with ctx.check_device_errors waits for
 // and returns the first data-dependent error the kernels recorded.
 template <typename Launch>
@@ -124,7 +147,7 @@ Status context_lens_op(const char* op, detail::LengthConvention convention, cons
   DSA_RETURN_IF_ERROR(detail::validate_context_lens(op, convention, input, next_n, out, &p));
   Engine engine;
   DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, &engine));
-  if (!is_cuda_engine(engine)) return cpu::context_lens(p, ctx);
+  if (!is_cuda_engine(engine)) return run_cpu(op, [&] { return cpu::context_lens(p, ctx); });
   return run_cuda(op, ctx, cuda::workspace_bytes_basic(), [&] { return cuda::context_lens(p, ctx); });
 }
 
@@ -185,7 +208,7 @@ Status plan_schedule(const TensorView& context_lens, int num_workers, LogitsPath
   p.path = resolve_path(path, p.next_n, kModelHeads, kModelHeadDim, p.device, ctx);
   Engine engine;
   DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, &engine));
-  if (!is_cuda_engine(engine)) return cpu::plan_schedule(p, ctx);
+  if (!is_cuda_engine(engine)) return run_cpu(op, [&] { return cpu::plan_schedule(p, ctx); });
   return run_cuda(op, ctx, cuda::workspace_bytes_basic(), [&] { return cuda::plan_schedule(p, ctx); });
 }
 
@@ -196,7 +219,9 @@ Status store_index_keys(const TensorView& keys, const TensorView& slot_mapping, 
   DSA_RETURN_IF_ERROR(detail::validate_store_keys(keys, slot_mapping, cache, options, &p));
   Engine engine;
   DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, &engine));
-  if (!is_cuda_engine(engine)) return cpu::store_index_keys(p, engine == Engine::cpu_parallel, ctx);
+  if (!is_cuda_engine(engine)) {
+    return run_cpu(op, [&] { return cpu::store_index_keys(p, engine == Engine::cpu_parallel, ctx); });
+  }
   return run_cuda(op, ctx, cuda::workspace_bytes_basic(), [&] { return cuda::store_index_keys(p, ctx); });
 }
 
@@ -212,7 +237,9 @@ Status quantize_queries(const TensorView& q, const TensorView& head_gate, const 
   DSA_RETURN_IF_ERROR(detail::validate_quantize_queries(q, head_gate, q_fp8, weights, options, &p));
   Engine engine;
   DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, &engine));
-  if (!is_cuda_engine(engine)) return cpu::quantize_queries(p, engine == Engine::cpu_parallel, ctx);
+  if (!is_cuda_engine(engine)) {
+    return run_cpu(op, [&] { return cpu::quantize_queries(p, engine == Engine::cpu_parallel, ctx); });
+  }
   return run_cuda(op, ctx, cuda::workspace_bytes_basic(), [&] { return cuda::quantize_queries(p, ctx); });
 }
 
@@ -249,7 +276,9 @@ Status paged_mqa_logits(const TensorView& q, const TensorView& key_cache, const 
   p.path = resolve_path(options.path, p.next_n, p.heads, p.head_dim, p.device, ctx);
   Engine engine;
   DSA_RETURN_IF_ERROR(select_scoring_engine(op, p, ctx, &engine));
-  if (!is_cuda_engine(engine)) return cpu::paged_mqa_logits(p, engine == Engine::cpu_parallel, ctx);
+  if (!is_cuda_engine(engine)) {
+    return run_cpu(op, [&] { return cpu::paged_mqa_logits(p, engine == Engine::cpu_parallel, ctx); });
+  }
   return run_cuda(op, ctx, cuda::workspace_bytes_basic(),
                   [&] { return cuda::paged_mqa_logits(p, engine == Engine::cuda_hopper, ctx); });
 }
@@ -265,7 +294,9 @@ Status topk(const TensorView& logits, const TensorView& lengths, int k, const Te
   DSA_RETURN_IF_ERROR(detail::validate_topk(logits, lengths, k, indices, options, &p));
   Engine engine;
   DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, &engine));
-  if (!is_cuda_engine(engine)) return cpu::topk(p, engine == Engine::cpu_parallel, ctx);
+  if (!is_cuda_engine(engine)) {
+    return run_cpu(op, [&] { return cpu::topk(p, engine == Engine::cpu_parallel, ctx); });
+  }
   // Rows are sized by the logits columns: lengths live on the device.
   return run_cuda(op, ctx, cuda::topk_workspace_bytes(p.rows, p.cols, p.k, p.device.index),
                   [&] { return cuda::topk(p, ctx); });
@@ -298,7 +329,7 @@ Status index_topk(const TensorView& q, const TensorView& key_cache, const Tensor
             "H in {32, 64}, D == 128); use automatic or logits_then_topk"};
   }
   p.fused = fused;
-  if (!on_cuda) return cpu::index_topk(p, engine == Engine::cpu_parallel, ctx);
+  if (!on_cuda) return run_cpu(op, [&] { return cpu::index_topk(p, engine == Engine::cpu_parallel, ctx); });
   // The CUDA backend lays out its workspace (error record, staged logits or
   // candidate lists, ...) itself.
   const std::size_t required = cuda::index_topk_workspace_bytes(

@@ -19,6 +19,7 @@ const char* error_code_name(ErrorCode code) noexcept {
     case ErrorCode::invalid_argument: return "invalid_argument";
     case ErrorCode::unsupported: return "unsupported";
     case ErrorCode::cuda_error: return "cuda_error";
+    case ErrorCode::out_of_memory: return "out_of_memory";
     case ErrorCode::internal: return "internal";
   }
   return "unknown";

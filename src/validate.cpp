@@ -119,6 +119,16 @@ Status expect_rows_apart(const char* op, const char* arg, const TensorView& view
   return Status::success();
 }
 
+// An enum argument holds one of its named values (a C++ caller can cast any
+// integer into one).
+Status expect_path(const char* op, const char* arg, LogitsPath path) {
+  if (path != LogitsPath::automatic && path != LogitsPath::native && path != LogitsPath::per_token) {
+    return fail(ErrorCode::invalid_argument, op, arg,
+                "not a LogitsPath value, got " + str(static_cast<std::int64_t>(path)));
+  }
+  return Status::success();
+}
+
 Status expect_head_dim(const char* op, const char* arg, std::int64_t head_dim) {
   if (head_dim <= 0 || head_dim % kHeadDimMultiple != 0 || head_dim > kMaxHeadDim) {
     return fail(ErrorCode::bad_shape, op, arg,
@@ -397,6 +407,7 @@ Status validate_context_lens(const char* op, LengthConvention convention, const 
 Status validate_plan_schedule(const TensorView& context_lens, int num_workers, LogitsPath path,
                               const TensorView& schedule, ScheduleProblem* problem) {
   const char* op = "plan_schedule";
+  DSA_RETURN_IF_ERROR(expect_path(op, "path", path));
   DSA_RETURN_IF_ERROR(check_tensor(op, "context_lens", context_lens, 2, {DType::int32}));
   DSA_RETURN_IF_ERROR(expect_next_n(op, "context_lens", context_lens));
   if (num_workers < 1) {
@@ -508,6 +519,7 @@ Status validate_scoring_inputs(const char* op, const ScoringInputs& in, LogitsPr
 Status validate_logits_output(const TensorView& logits, const LogitsOptions& options,
                               LogitsProblem* problem) {
   const char* op = "paged_mqa_logits";
+  DSA_RETURN_IF_ERROR(expect_path(op, "options.path", options.path));
   DSA_RETURN_IF_ERROR(check_tensor(op, "logits", logits, 2, {DType::float32, DType::bfloat16}));
   DSA_RETURN_IF_ERROR(expect_extent(op, "logits", logits, 0, problem->rows(), "B * next_n"));
   if (logits.size(1) < problem->max_context_len) {
@@ -529,6 +541,12 @@ Status validate_index_topk_outputs(const TensorView& topk_lens, const TensorView
                                    const IndexTopkOptions& options, IndexTopkProblem* problem) {
   const char* op = "index_topk";
   const std::int64_t rows = problem->logits.rows();
+  DSA_RETURN_IF_ERROR(expect_path(op, "options.path", options.path));
+  if (options.strategy != IndexTopkStrategy::automatic && options.strategy != IndexTopkStrategy::fused &&
+      options.strategy != IndexTopkStrategy::logits_then_topk) {
+    return fail(ErrorCode::invalid_argument, op, "options.strategy",
+                "not an IndexTopkStrategy value, got " + str(static_cast<std::int64_t>(options.strategy)));
+  }
   DSA_RETURN_IF_ERROR(expect_k(op, options.k));
   if (!topk_lens.empty()) {
     DSA_RETURN_IF_ERROR(check_tensor(op, "topk_lens", topk_lens, 1, {DType::int32}));

@@ -29,6 +29,9 @@ struct Workspace {
   std::size_t bytes = 0;
 };
 
+// The most worker threads ExecContext::num_threads may ask for.
+inline constexpr int kMaxCpuThreads = 1024;
+
 // Alignment every workspace pointer must have.
 inline constexpr std::size_t kWorkspaceAlignment = 256;
 
@@ -39,7 +42,9 @@ struct ExecContext {
   // synchronizing, allocate nothing and are CUDA-graph capturable.
   void* stream = nullptr;
   Workspace workspace{};
-  // CPU backend: worker threads (0: the hardware concurrency).
+  // CPU backend: worker threads, 0 to kMaxCpuThreads (0: the hardware
+  // concurrency). Threads the system cannot start leave their share to the
+  // calling thread; the result does not depend on the count.
   int num_threads = 0;
   // cpu_reference: accumulate dot products and sums in float64 (the result is
   // still rounded once to the output dtype).

@@ -27,6 +27,7 @@ enum class ErrorCode {
   invalid_argument,     // any other rule on an argument value (next_n, num_workers, ...)
   unsupported,          // valid request the chosen backend cannot serve (e.g. no CUDA build)
   cuda_error,           // the CUDA runtime reported an error
+  out_of_memory,        // host memory the CPU backend needs for the call could not be allocated
   internal,             // a bug in the library
 };
 

@@ -12,6 +12,7 @@ operations are also torch.ops.dsa_indexer.* custom operators.
 from . import _core
 from .ops import (
     CHUNK_TOKENS,
+    MAX_CPU_THREADS,
     MAX_TOPK,
     PAGE_TOKENS,
     causal_context_lens,
@@ -39,6 +40,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CHUNK_TOKENS",
+    "MAX_CPU_THREADS",
     "MAX_TOPK",
     "PAGE_TOKENS",
     "built_with_cuda",

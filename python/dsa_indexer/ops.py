@@ -13,7 +13,7 @@ Execution keywords accepted by every operation:
   stream              CUDA stream handle as an int; default: the framework's current
                       stream for the arrays' device (torch.cuda.current_stream(),
                       cupy.cuda.get_current_stream())
-  num_threads         CPU backend worker threads (0: all cores)
+  num_threads         CPU backend worker threads, 0 to MAX_CPU_THREADS (0: all cores)
   reference_float64   cpu_reference: accumulate in float64
   check_device_errors CUDA: synchronize at the end and raise data-dependent errors
                       (not during graph capture)
@@ -56,6 +56,7 @@ _LENGTH_BUILDERS = {
 }
 
 MAX_TOPK = _core.MAX_TOPK
+MAX_CPU_THREADS = _core.MAX_CPU_THREADS
 PAGE_TOKENS = _core.PAGE_TOKENS
 CHUNK_TOKENS = _core.CHUNK_TOKENS
 

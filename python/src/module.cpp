@@ -283,6 +283,7 @@ void bind_scoring(nb::module_& m) {
 NB_MODULE(_core, m) {
   m.doc() = "Bindings of the dsa-indexer C++ library (use the dsa_indexer package instead)";
   m.attr("MAX_TOPK") = dsa::kMaxTopk;
+  m.attr("MAX_CPU_THREADS") = dsa::kMaxCpuThreads;
   m.attr("PAGE_TOKENS") = dsa::kPageTokens;
   m.attr("CHUNK_TOKENS") = dsa::kChunkTokens;
   dsa::python::bind_enums(m);

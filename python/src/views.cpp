@@ -117,6 +117,9 @@ void raise_if_error(const Status& status) {
     case ErrorCode::unsupported:
       type = PyExc_NotImplementedError;
       break;
+    case ErrorCode::out_of_memory:
+      type = PyExc_MemoryError;
+      break;
     case ErrorCode::cuda_error:
     case ErrorCode::internal:
       type = PyExc_RuntimeError;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -19,13 +20,23 @@ inline int thread_count(const ExecContext& ctx) {
   return hardware > 0 ? static_cast<int>(hardware) : 1;
 }
 
-// Runs body(thread_index) on `threads` threads (the calling thread is index 0).
+// Runs body(thread_index) for every index in [0, threads): index 0 on the
+// calling thread, the others on threads of their own. When the system cannot
+// start one, the calling thread runs that index and the ones after it.
 template <typename Body>
 void run_on_threads(int threads, Body&& body) {
   std::vector<std::thread> helpers;
   helpers.reserve(static_cast<std::size_t>(std::max(threads - 1, 0)));
-  for (int t = 1; t < threads; ++t) helpers.emplace_back([&body, t] { body(t); });
+  int started = 1;
+  for (; started < threads; ++started) {
+    try {
+      helpers.emplace_back([&body, t = started] { body(t); });
+    } catch (const std::system_error&) {
+      break;
+    }
+  }
   body(0);
+  for (int t = started; t < threads; ++t) body(t);
   for (std::thread& helper : helpers) helper.join();
 }
 

@@ -44,6 +44,7 @@ TEST(Status, ErrorCodeNamesAreTheEnumeratorNames) {
       {dsa::ErrorCode::invalid_argument, "invalid_argument"},
       {dsa::ErrorCode::unsupported, "unsupported"},
       {dsa::ErrorCode::cuda_error, "cuda_error"},
+      {dsa::ErrorCode::out_of_memory, "out_of_memory"},
       {dsa::ErrorCode::internal, "internal"},
   };
   for (const auto& [code, name] : names) EXPECT_STREQ(dsa::error_code_name(code), name);

@@ -4,8 +4,15 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
+#include <fstream>
 #include <string>
 #include <vector>
+
+#if defined(__linux__)
+#include <sys/resource.h>
+#include <unistd.h>
+#endif
 
 #include "cpu_test_helpers.hpp"
 
@@ -326,6 +333,86 @@ TEST_P(ScoringValidation, DevicesTheBackendCannotUse) {
   q = on_cuda(q);
   EXPECT_EQ(call_logits().code(), ErrorCode::bad_device);  // CPU backend, CUDA tensors
 }
+
+// Enum arguments: a C++ caller can cast any integer into one.
+TEST_P(ScoringValidation, EnumValuesOutsideTheirTypes) {
+  options.path = static_cast<dsa::LogitsPath>(7);
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::invalid_argument, "paged_mqa_logits", "options.path"));
+  options.path = dsa::LogitsPath::native;
+  dsa::IndexTopkOptions o;
+  o.k = 16;
+  o.strategy = static_cast<dsa::IndexTopkStrategy>(9);
+  EXPECT_TRUE(fails_with(dsa::index_topk(q, cache, weights, lens, table, schedule, max_context_len(), topk_lens,
+                                         indices, o, ctx),
+                         ErrorCode::invalid_argument, "index_topk", "options.strategy"));
+  o.strategy = dsa::IndexTopkStrategy::automatic;
+  o.path = static_cast<dsa::LogitsPath>(-1);
+  EXPECT_TRUE(fails_with(dsa::index_topk(q, cache, weights, lens, table, schedule, max_context_len(), topk_lens,
+                                         indices, o, ctx),
+                         ErrorCode::invalid_argument, "index_topk", "options.path"));
+  EXPECT_TRUE(fails_with(dsa::plan_schedule(lens, 3, static_cast<dsa::LogitsPath>(5), schedule, ctx),
+                         ErrorCode::invalid_argument, "plan_schedule", "path"));
+  ctx.backend = static_cast<dsa::Backend>(42);
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::invalid_argument, "paged_mqa_logits", "ctx.backend"));
+}
+
+TEST_P(ScoringValidation, ThreadCountRules) {
+  for (int threads : {-1, dsa::kMaxCpuThreads + 1}) {
+    ctx.num_threads = threads;
+    EXPECT_TRUE(fails_with(call_logits(), ErrorCode::invalid_argument, "paged_mqa_logits", "ctx.num_threads"))
+        << threads;
+    EXPECT_TRUE(fails_with(call_index_topk(), ErrorCode::invalid_argument, "index_topk", "ctx.num_threads"))
+        << threads;
+  }
+  // The largest count is accepted, and the logits do not depend on it.
+  ctx.num_threads = 1;
+  ASSERT_TRUE(call_logits().ok());
+  const std::vector<std::uint8_t> one_thread = output.bytes;
+  ctx.num_threads = dsa::kMaxCpuThreads;
+  ASSERT_TRUE(call_logits().ok());
+  EXPECT_EQ(output.bytes, one_thread);  // bit for bit
+}
+
+#if defined(__linux__)
+// Lowers the process's address-space limit for its lifetime.
+class AddressSpaceLimit {
+ public:
+  explicit AddressSpaceLimit(std::uint64_t bytes) {
+    if (getrlimit(RLIMIT_AS, &saved_) != 0) return;
+    rlimit lowered = saved_;
+    lowered.rlim_cur = saved_.rlim_cur == RLIM_INFINITY ? bytes : std::min<rlim_t>(saved_.rlim_cur, bytes);
+    active_ = setrlimit(RLIMIT_AS, &lowered) == 0;
+  }
+  ~AddressSpaceLimit() {
+    if (active_) setrlimit(RLIMIT_AS, &saved_);
+  }
+  AddressSpaceLimit(const AddressSpaceLimit&) = delete;
+  AddressSpaceLimit& operator=(const AddressSpaceLimit&) = delete;
+  bool active() const { return active_; }
+
+ private:
+  rlimit saved_{};
+  bool active_ = false;
+};
+
+// The bytes of address space the process maps now.
+std::uint64_t mapped_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::uint64_t pages = 0;
+  statm >> pages;
+  return pages * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+// The CPU index_topk stages rows x max_context_len float logits (here 4 rows
+// of 2^31 - 1 positions, 32 GiB): beyond what the process may map, the call
+// returns out_of_memory instead of throwing through the API.
+TEST_P(ScoringValidation, HostMemoryExhaustionIsReported) {
+  max_context_override = INT_MAX;
+  const AddressSpaceLimit limit(mapped_bytes() + (std::uint64_t{4} << 30));
+  ASSERT_TRUE(limit.active());
+  EXPECT_TRUE(fails_with(call_index_topk(), ErrorCode::out_of_memory, "index_topk", "host memory"));
+}
+#endif
 
 INSTANTIATE_TEST_SUITE_P(Backends, ScoringValidation, ::testing::ValuesIn(cpu_backends()), backend_label);
 

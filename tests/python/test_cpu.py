@@ -328,6 +328,9 @@ def test_topk_errors(rng):
         dsa.topk(values, np.array([11, 5], dtype=np.int32), 3)
     with pytest.raises(ValueError, match="topk: indices"):
         dsa.topk(values, lengths, 3, out=np.zeros((2, 2), dtype=np.int32))
+    for threads in (-1, dsa.MAX_CPU_THREADS + 1):
+        with pytest.raises(ValueError, match="topk: ctx.num_threads"):
+            dsa.topk(values, lengths, 3, num_threads=threads)
     overlapping = np.lib.stride_tricks.as_strided(np.zeros(3, dtype=np.int32), (2, 3), (4, 4))
     with pytest.raises(ValueError, match="bad_stride: topk: indices: row stride 1"):
         dsa.topk(values, lengths, 3, out=overlapping)
