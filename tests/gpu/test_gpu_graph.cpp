@@ -22,70 +22,115 @@ using dsa::DType;
 
 #define ASSERT_CUDA(call) ASSERT_EQ((call), cudaSuccess) << #call
 
+using GraphExec = std::unique_ptr<CUgraphExec_st, decltype(&cudaGraphExecDestroy)>;
+
+// Captures the library calls `enqueue` makes on `stream` (it returns their
+// statuses, all of which must be ok) and instantiates the graph; null after
+// a failure, which the test has then reported.
+template <typename Enqueue>
+GraphExec capture(cudaStream_t stream, Enqueue&& enqueue) {
+  GraphExec none(nullptr, cudaGraphExecDestroy);
+  cudaGraph_t raw_graph = nullptr;
+  EXPECT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  const auto statuses = enqueue();
+  EXPECT_EQ(cudaStreamEndCapture(stream, &raw_graph), cudaSuccess);
+  const std::unique_ptr<CUgraph_st, decltype(&cudaGraphDestroy)> graph(raw_graph, cudaGraphDestroy);
+  bool ok = raw_graph != nullptr;
+  for (const dsa::Status& status : statuses) {
+    EXPECT_TRUE(status.ok()) << status.to_string();
+    ok = ok && status.ok();
+  }
+  cudaGraphExec_t raw_exec = nullptr;
+  if (!ok || cudaGraphInstantiate(&raw_exec, graph.get(), 0) != cudaSuccess) {
+    ADD_FAILURE() << "capture or instantiation failed";
+    return none;
+  }
+  return GraphExec(raw_exec, cudaGraphExecDestroy);
+}
+
+// The prefix lengths of replay `replay`: the longest ones first, then random
+// shorter ones.
+std::vector<std::int32_t> replay_prefix(const std::vector<std::int32_t>& longest, int replay, Rng& rng) {
+  std::vector<std::int32_t> prefix = longest;
+  if (replay > 0) {
+    for (auto& p : prefix) p = std::uniform_int_distribution<std::int32_t>(0, p)(rng);
+  }
+  return prefix;
+}
+
+// A decode step to capture and replay: the workload at the longest lengths
+// any replay uses, on the device, and the buffers the step writes (lengths,
+// schedule, logits, indices).
+struct ReplayedStep {
+  ReplayedStep(const WorkloadSpec& spec, int top_k)
+      : w(make_workload(spec)),
+        dw(w),
+        k(top_k),
+        workers(workers_for(dsa::ExecContext{})),
+        prefix(device_copy(w.prefix_lens)),
+        lens(device_filled(4 * w.rows(), 0)),
+        schedule(device_filled(8 * (workers + 1), 0)),
+        logits(device_filled(4 * w.rows() * w.max_context_len, 0xFF)),
+        indices(device_filled(4 * w.rows() * k, 0xFF)) {}
+  ReplayedStep(const ReplayedStep&) = delete;
+  ReplayedStep& operator=(const ReplayedStep&) = delete;
+
+  dsa::TensorView prefix_view() const { return device_view(prefix, DType::int32, {w.batch}); }
+  dsa::TensorView lens_2d() const { return device_view(lens, DType::int32, {w.batch, w.next_n}); }
+  dsa::TensorView lens_flat() const { return device_view(lens, DType::int32, {w.rows()}); }
+  dsa::TensorView schedule_view() const { return device_view(schedule, DType::int32, {workers + 1, 2}); }
+  dsa::TensorView logits_view() const {
+    return device_view(logits, DType::float32, {w.rows(), w.max_context_len});
+  }
+  dsa::TensorView indices_view(const dsa::DeviceBuffer& buffer) const {
+    return device_view(buffer, DType::int32, {w.rows(), k});
+  }
+
+  const Workload w;
+  const DeviceWorkload dw;
+  const int k;
+  const int workers;
+  const dsa::DeviceBuffer prefix, lens, schedule, logits, indices;
+};
+
 class GpuGraph : public ::testing::TestWithParam<Backend> {};
 
 TEST_P(GpuGraph, ReplaysWithNewLengths) {
   DSA_REQUIRE_GPU();
   const Backend backend = GetParam();
-  WorkloadSpec spec;
-  spec.batch = 4;
-  spec.next_n = 3;
-  spec.min_prefix = 400;
-  spec.max_prefix = 900;
-  spec.seed = 21;
-  const Workload w = make_workload(spec);  // the longest lengths any replay uses
-  const std::int64_t rows = w.rows();
+  const ReplayedStep step(WorkloadSpec{.batch = 4, .next_n = 3, .min_prefix = 400, .max_prefix = 900, .seed = 21},
+                          100);
+  const Workload& w = step.w;
   const std::int64_t columns = w.max_context_len;
-  const int k = 100;
-  const DeviceWorkload dw(w);
-
-  const dsa::DeviceBuffer prefix = device_copy(w.prefix_lens);
-  const dsa::DeviceBuffer lens = device_filled(4 * rows, 0);
-  const dsa::DeviceBuffer logits = device_filled(4 * rows * columns, 0xFF);
-  const dsa::DeviceBuffer indices = device_filled(4 * rows * k, 0xFF);
+  const int k = step.k;
 
   dsa::ExecContext query;
   query.backend = backend;
-  GpuContext gpu(backend, dsa::topk_workspace_bytes(rows, columns, k, query));
+  GpuContext gpu(backend, dsa::topk_workspace_bytes(w.rows(), columns, k, query));
   const dsa::ExecContext& ctx = gpu.ctx;
-  const int workers = dsa::default_num_workers(kGpu, ctx);
-  const dsa::DeviceBuffer schedule = device_filled(8 * (workers + 1), 0);
-  const dsa::LogitsPath path = dsa::resolve_logits_path(dsa::LogitsPath::automatic, w.next_n, w.heads, kGpu, ctx);
-
-  const dsa::TensorView lens_2d = device_view(lens, DType::int32, {w.batch, w.next_n});
-  const dsa::TensorView lens_flat = device_view(lens, DType::int32, {rows});
-  const dsa::TensorView schedule_view = device_view(schedule, DType::int32, {workers + 1, 2});
-  const dsa::TensorView logits_view = device_view(logits, DType::float32, {rows, columns});
-  const dsa::TensorView indices_view = device_view(indices, DType::int32, {rows, k});
   dsa::LogitsOptions logits_options;
-  logits_options.path = path;
+  logits_options.path = dsa::resolve_logits_path(dsa::LogitsPath::automatic, w.next_n, w.heads, kGpu, ctx);
   dsa::TopkOptions topk_options;
   topk_options.sorted = true;
 
   auto stream = static_cast<cudaStream_t>(ctx.stream);
-  cudaGraph_t raw_graph = nullptr;
-  ASSERT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  const dsa::Status captured[] = {
-      dsa::causal_context_lens(device_view(prefix, DType::int32, {w.batch}), w.next_n, lens_2d, ctx),
-      dsa::plan_schedule(lens_2d, workers, path, schedule_view, ctx),
-      dsa::paged_mqa_logits(dw.q_view(), dw.cache_view(), dw.weights_view(), lens_2d, dw.block_table_view(),
-                            schedule_view, columns, logits_view, logits_options, ctx),
-      dsa::topk(logits_view, lens_flat, k, indices_view, topk_options, ctx),
-  };
-  ASSERT_CUDA(cudaStreamEndCapture(stream, &raw_graph));
-  const std::unique_ptr<CUgraph_st, decltype(&cudaGraphDestroy)> graph(raw_graph, cudaGraphDestroy);
-  for (const dsa::Status& status : captured) DSA_GPU_ASSERT_OK(status);
-  cudaGraphExec_t raw_exec = nullptr;
-  ASSERT_CUDA(cudaGraphInstantiate(&raw_exec, graph.get(), 0));
-  const std::unique_ptr<CUgraphExec_st, decltype(&cudaGraphExecDestroy)> exec(raw_exec, cudaGraphExecDestroy);
+  const GraphExec exec = capture(stream, [&] {
+    return std::vector<dsa::Status>{
+        dsa::causal_context_lens(step.prefix_view(), w.next_n, step.lens_2d(), ctx),
+        dsa::plan_schedule(step.lens_2d(), step.workers, logits_options.path, step.schedule_view(), ctx),
+        dsa::paged_mqa_logits(step.dw.q_view(), step.dw.cache_view(), step.dw.weights_view(), step.lens_2d(),
+                              step.dw.block_table_view(), step.schedule_view(), columns, step.logits_view(),
+                              logits_options, ctx),
+        dsa::topk(step.logits_view(), step.lens_flat(), k, step.indices_view(step.indices), topk_options, ctx),
+    };
+  });
+  ASSERT_NE(exec, nullptr);
 
   Rng rng(77);
   for (int replay = 0; replay < 4; ++replay) {
-    std::vector<std::int32_t> new_prefix = w.prefix_lens;
-    if (replay > 0) {
-      for (auto& p : new_prefix) p = std::uniform_int_distribution<std::int32_t>(0, p)(rng);
-    }
-    ASSERT_CUDA(cudaMemcpyAsync(prefix.data(), new_prefix.data(), 4 * new_prefix.size(), cudaMemcpyHostToDevice, stream));
+    const std::vector<std::int32_t> new_prefix = replay_prefix(w.prefix_lens, replay, rng);
+    ASSERT_CUDA(cudaMemcpyAsync(step.prefix.data(), new_prefix.data(), 4 * new_prefix.size(),
+                                cudaMemcpyHostToDevice, stream));
     ASSERT_CUDA(cudaGraphLaunch(exec.get(), stream));
     ASSERT_CUDA(cudaStreamSynchronize(stream));
     DSA_GPU_ASSERT_OK(dsa::read_device_error(ctx));
@@ -94,14 +139,14 @@ TEST_P(GpuGraph, ReplaysWithNewLengths) {
     now.prefix_lens = new_prefix;
     now.context_lens = causal_lens(new_prefix, w.next_n);
     now.causal_lens = now.context_lens;
-    EXPECT_EQ(host_copy<std::int32_t>(lens), now.context_lens) << "replay " << replay;
-    const std::vector<std::uint8_t> logits_bytes = host_copy<std::uint8_t>(logits);
+    EXPECT_EQ(host_copy<std::int32_t>(step.lens), now.context_lens) << "replay " << replay;
+    const std::vector<std::uint8_t> logits_bytes = host_copy<std::uint8_t>(step.logits);
     EXPECT_TRUE(logits_match(now, now.reference(), logits_bytes, DType::float32, columns, false,
                              logits_tolerance(backend)))
         << "replay " << replay;
-    const std::vector<float> values = host_copy<float>(logits);
-    const std::vector<std::int32_t> got = host_copy<std::int32_t>(indices);
-    for (std::int64_t r = 0; r < rows; ++r) {
+    const std::vector<float> values = host_copy<float>(step.logits);
+    const std::vector<std::int32_t> got = host_copy<std::int32_t>(step.indices);
+    for (std::int64_t r = 0; r < w.rows(); ++r) {
       const std::vector<std::int32_t> want = reference_topk(values.data() + r * columns, now.context_lens[r], k);
       const std::vector<std::int32_t> row(got.begin() + r * k, got.begin() + (r + 1) * k);
       ASSERT_EQ(row, want) << "replay " << replay << " row " << r;
@@ -132,57 +177,34 @@ TEST_P(GpuIndexTopkGraph, ReplaysWithNewLengths) {
   DSA_REQUIRE_GPU();
   const IndexTopkGraphCase param = GetParam();
   if (param.strategy == dsa::IndexTopkStrategy::fused) DSA_REQUIRE_HOPPER();
-  WorkloadSpec spec;
-  spec.batch = 5;
-  spec.next_n = 4;
-  spec.min_prefix = 300;
-  spec.max_prefix = 5000;
-  spec.seed = 23;
-  const Workload w = make_workload(spec);  // the longest lengths any replay uses
-  const std::int64_t rows = w.rows();
+  const ReplayedStep step(WorkloadSpec{.batch = 5, .next_n = 4, .min_prefix = 300, .max_prefix = 5000, .seed = 23},
+                          512);
+  const Workload& w = step.w;
   const std::int64_t columns = w.max_context_len;
-  const int k = 512;
-  const DeviceWorkload dw(w);
-
-  const dsa::DeviceBuffer prefix = device_copy(w.prefix_lens);
-  const dsa::DeviceBuffer lens = device_filled(4 * rows, 0);
-  const dsa::DeviceBuffer indices = device_filled(4 * rows * k, 0xFF);
-  const dsa::DeviceBuffer logits = device_filled(4 * rows * columns, 0xFF);
-  const dsa::DeviceBuffer expected = device_filled(4 * rows * k, 0xFF);
+  const dsa::DeviceBuffer expected = device_filled(4 * w.rows() * step.k, 0xFF);
 
   dsa::IndexTopkOptions options;
-  options.k = k;
+  options.k = step.k;
   options.sorted = true;
   options.strategy = param.strategy;
   dsa::ExecContext query;
   query.backend = param.backend;
-  GpuContext gpu(param.backend, std::max(dsa::index_topk_workspace_bytes(rows, columns, options, query),
-                                         dsa::topk_workspace_bytes(rows, columns, k, query)));
+  GpuContext gpu(param.backend, std::max(dsa::index_topk_workspace_bytes(w.rows(), columns, options, query),
+                                         dsa::topk_workspace_bytes(w.rows(), columns, step.k, query)));
   const dsa::ExecContext& ctx = gpu.ctx;
-  const int workers = workers_for(ctx);
   options.path = dsa::resolve_logits_path(dsa::LogitsPath::automatic, w.next_n, w.heads, kGpu, ctx);
-  const dsa::DeviceBuffer schedule = device_filled(8 * (workers + 1), 0);
-
-  const dsa::TensorView lens_2d = device_view(lens, DType::int32, {w.batch, w.next_n});
-  const dsa::TensorView lens_flat = device_view(lens, DType::int32, {rows});
-  const dsa::TensorView schedule_view = device_view(schedule, DType::int32, {workers + 1, 2});
-  const dsa::TensorView indices_view = device_view(indices, DType::int32, {rows, k});
 
   auto stream = static_cast<cudaStream_t>(ctx.stream);
-  cudaGraph_t raw_graph = nullptr;
-  ASSERT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  const dsa::Status captured[] = {
-      dsa::causal_context_lens(device_view(prefix, DType::int32, {w.batch}), w.next_n, lens_2d, ctx),
-      dsa::plan_schedule(lens_2d, workers, options.path, schedule_view, ctx),
-      dsa::index_topk(dw.q_view(), dw.cache_view(), dw.weights_view(), lens_2d, dw.block_table_view(),
-                      schedule_view, columns, dsa::TensorView{}, indices_view, options, ctx),
-  };
-  ASSERT_CUDA(cudaStreamEndCapture(stream, &raw_graph));
-  const std::unique_ptr<CUgraph_st, decltype(&cudaGraphDestroy)> graph(raw_graph, cudaGraphDestroy);
-  for (const dsa::Status& status : captured) DSA_GPU_ASSERT_OK(status);
-  cudaGraphExec_t raw_exec = nullptr;
-  ASSERT_CUDA(cudaGraphInstantiate(&raw_exec, graph.get(), 0));
-  const std::unique_ptr<CUgraphExec_st, decltype(&cudaGraphExecDestroy)> exec(raw_exec, cudaGraphExecDestroy);
+  const GraphExec exec = capture(stream, [&] {
+    return std::vector<dsa::Status>{
+        dsa::causal_context_lens(step.prefix_view(), w.next_n, step.lens_2d(), ctx),
+        dsa::plan_schedule(step.lens_2d(), step.workers, options.path, step.schedule_view(), ctx),
+        dsa::index_topk(step.dw.q_view(), step.dw.cache_view(), step.dw.weights_view(), step.lens_2d(),
+                        step.dw.block_table_view(), step.schedule_view(), columns, dsa::TensorView{},
+                        step.indices_view(step.indices), options, ctx),
+    };
+  });
+  ASSERT_NE(exec, nullptr);
 
   dsa::LogitsOptions logits_options;
   logits_options.path = options.path;
@@ -190,25 +212,22 @@ TEST_P(GpuIndexTopkGraph, ReplaysWithNewLengths) {
   topk_options.sorted = true;
   Rng rng(78);
   for (int replay = 0; replay < 4; ++replay) {
-    std::vector<std::int32_t> new_prefix = w.prefix_lens;
-    if (replay > 0) {
-      for (auto& p : new_prefix) p = std::uniform_int_distribution<std::int32_t>(0, p)(rng);
-    }
-    ASSERT_CUDA(cudaMemcpyAsync(prefix.data(), new_prefix.data(), 4 * new_prefix.size(), cudaMemcpyHostToDevice, stream));
-    ASSERT_CUDA(cudaMemsetAsync(indices.data(), 0xFF, indices.bytes(), stream));
+    const std::vector<std::int32_t> new_prefix = replay_prefix(w.prefix_lens, replay, rng);
+    ASSERT_CUDA(cudaMemcpyAsync(step.prefix.data(), new_prefix.data(), 4 * new_prefix.size(),
+                                cudaMemcpyHostToDevice, stream));
+    ASSERT_CUDA(cudaMemsetAsync(step.indices.data(), 0xFF, step.indices.bytes(), stream));
     ASSERT_CUDA(cudaGraphLaunch(exec.get(), stream));
     ASSERT_CUDA(cudaStreamSynchronize(stream));
     DSA_GPU_ASSERT_OK(dsa::read_device_error(ctx));
-    EXPECT_EQ(host_copy<std::int32_t>(lens), causal_lens(new_prefix, w.next_n)) << "replay " << replay;
+    EXPECT_EQ(host_copy<std::int32_t>(step.lens), causal_lens(new_prefix, w.next_n)) << "replay " << replay;
 
-    DSA_GPU_ASSERT_OK(dsa::paged_mqa_logits(dw.q_view(), dw.cache_view(), dw.weights_view(), lens_2d,
-                                            dw.block_table_view(), schedule_view, columns,
-                                            device_view(logits, DType::float32, {rows, columns}), logits_options,
-                                            ctx));
-    DSA_GPU_ASSERT_OK(dsa::topk(device_view(logits, DType::float32, {rows, columns}), lens_flat, k,
-                                device_view(expected, DType::int32, {rows, k}), topk_options, ctx));
+    DSA_GPU_ASSERT_OK(dsa::paged_mqa_logits(step.dw.q_view(), step.dw.cache_view(), step.dw.weights_view(),
+                                            step.lens_2d(), step.dw.block_table_view(), step.schedule_view(),
+                                            columns, step.logits_view(), logits_options, ctx));
+    DSA_GPU_ASSERT_OK(
+        dsa::topk(step.logits_view(), step.lens_flat(), step.k, step.indices_view(expected), topk_options, ctx));
     DSA_GPU_ASSERT_OK(gpu.sync());
-    ASSERT_EQ(host_copy<std::int32_t>(indices), host_copy<std::int32_t>(expected)) << "replay " << replay;
+    ASSERT_EQ(host_copy<std::int32_t>(step.indices), host_copy<std::int32_t>(expected)) << "replay " << replay;
   }
 }
 
