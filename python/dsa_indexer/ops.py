@@ -90,7 +90,7 @@ def make_context(like, backend="auto", stream=None, num_threads=0, reference_flo
     ctx = _core.ExecContext()
     ctx.backend = _choice(_BACKENDS, backend, "backend")
     ctx.stream = fw.current_stream(like) if stream is None else int(stream)
-    ctx.num_threads = int(num_threads)
+    ctx.num_threads = _int32(num_threads, "ctx", "num_threads")
     ctx.reference_float64 = bool(reference_float64)
     ctx.check_device_errors = bool(check_device_errors)
     return ctx

@@ -331,6 +331,8 @@ def test_topk_errors(rng):
     for threads in (-1, dsa.MAX_CPU_THREADS + 1):
         with pytest.raises(ValueError, match="topk: ctx.num_threads"):
             dsa.topk(values, lengths, 3, num_threads=threads)
+    with pytest.raises(ValueError, match="num_threads"):
+        dsa.topk(values, lengths, 3, num_threads=2**40)
     overlapping = np.lib.stride_tricks.as_strided(np.zeros(3, dtype=np.int32), (2, 3), (4, 4))
     with pytest.raises(ValueError, match="bad_stride: topk: indices: row stride 1"):
         dsa.topk(values, lengths, 3, out=overlapping)
