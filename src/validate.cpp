@@ -1,10 +1,12 @@
 #include "validate.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <limits>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cache_format.hpp"
 #include "dsa/schedule.hpp"
@@ -125,6 +127,24 @@ Status expect_path(const char* op, const char* arg, LogitsPath path) {
   if (path != LogitsPath::automatic && path != LogitsPath::native && path != LogitsPath::per_token) {
     return fail(ErrorCode::invalid_argument, op, arg,
                 "not a LogitsPath value, got " + str(static_cast<std::int64_t>(path)));
+  }
+  return Status::success();
+}
+
+// No two elements of an output share memory: taken by increasing stride, each
+// dimension of extent > 1 steps past everything the smaller strides reach.
+Status expect_no_overlap(const char* op, const char* arg, const TensorView& view) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> steps;  // (stride, extent)
+  for (int d = 0; d < view.ndim; ++d) {
+    if (view.size(d) > 1) steps.emplace_back(view.stride(d), view.size(d));
+  }
+  std::sort(steps.begin(), steps.end());
+  std::int64_t reach = 1;  // elements from the first to one past the last, over the dimensions so far
+  for (const auto& [stride, extent] : steps) {
+    if (stride < reach) {
+      return fail(ErrorCode::bad_stride, op, arg, "elements would overlap, got " + view.describe());
+    }
+    reach = stride * (extent - 1) + reach;
   }
   return Status::success();
 }
@@ -339,6 +359,7 @@ Status validate_quantize_queries(const TensorView& q, const TensorView& head_gat
     DSA_RETURN_IF_ERROR(expect_extent(op, "q_fp8", q_fp8, d, q.size(d), "the matching extent of q"));
   }
   DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "q_fp8", q_fp8));
+  DSA_RETURN_IF_ERROR(expect_no_overlap(op, "q_fp8", q_fp8));
   DSA_RETURN_IF_ERROR(check_tensor(op, "weights", weights, 2, {DType::float32}));
   DSA_RETURN_IF_ERROR(expect_extent(op, "weights", weights, 0, rows, "B * next_n"));
   DSA_RETURN_IF_ERROR(expect_extent(op, "weights", weights, 1, heads, "the head count of q"));
@@ -389,6 +410,7 @@ Status validate_context_lens(const char* op, LengthConvention convention, const 
   DSA_RETURN_IF_ERROR(check_tensor(op, "out", out, 2, {DType::int32}));
   DSA_RETURN_IF_ERROR(expect_extent(op, "out", out, 0, input.size(0), std::string("the length of ") + input_name));
   DSA_RETURN_IF_ERROR(expect_extent(op, "out", out, 1, next_n, "next_n"));
+  DSA_RETURN_IF_ERROR(expect_no_overlap(op, "out", out));
   DSA_RETURN_IF_ERROR(expect_one_device(op, {{input_name, &input}, {"out", &out}}));
   LengthsProblem p;
   p.device = input.device;

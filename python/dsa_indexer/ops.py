@@ -26,6 +26,8 @@ e4m3fn bytes (NumPy and CuPy have no fp8 type). Under torch.compile the
 functions dispatch to the torch.ops.dsa_indexer custom operators.
 """
 
+import operator
+
 from . import _core
 from . import _frameworks as fw
 
@@ -62,10 +64,13 @@ CHUNK_TOKENS = _core.CHUNK_TOKENS
 
 
 def _int32(value, op, name):
-    """`value` as an int for the library's 32-bit integer argument `name` of `op`: one beyond
-    that range cannot be passed on, so it raises ValueError here, before any output is sized
-    from it."""
-    number = int(value)
+    """`value` as an int for the library's 32-bit integer argument `name` of `op`: a value
+    that is not an integer (2.5 would be truncated) raises TypeError, one beyond the int32
+    range ValueError, here, before any output is sized from it."""
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{op}: {name}: expected an integer, got {value!r}") from None
     if not -(2**31) <= number < 2**31:
         raise ValueError(f"{op}: {name}: {number} is beyond the int32 range of the argument")
     return number

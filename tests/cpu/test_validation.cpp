@@ -618,6 +618,12 @@ TEST_P(OtherOpsValidation, QuantizeQueriesRules) {
   EXPECT_TRUE(fails_with(quantize(good_q, good_gate, good_out, dsa::make_view(weights.data(), dsa::DType::float32,
                                                                               {2, 4}, {2, 1})),  // rows overlap
                          ErrorCode::bad_stride, "quantize_queries", "weights"));
+  // Heads written over each other (head stride 64 below the 128 bytes a head spans).
+  EXPECT_TRUE(fails_with(quantize(good_q, good_gate,
+                                  dsa::make_view(q_fp8.data(), dsa::DType::float8_e4m3, {2, 1, 4, 128},
+                                                 {512, 512, 64, 1}),
+                                  good_weights),
+                         ErrorCode::bad_stride, "quantize_queries", "q_fp8"));
   // Extents whose product wraps int64 (B * next_n * H would read as 0).
   const std::int64_t huge = std::int64_t{1} << 40;
   EXPECT_TRUE(fails_with(quantize(dsa::make_view(q.data(), dsa::DType::float32, {huge, huge, 1, 16}),
@@ -641,6 +647,20 @@ TEST_P(OtherOpsValidation, LengthsRules) {
                          ErrorCode::bad_dtype, "legacy_context_lens", "lens"));
   EXPECT_TRUE(fails_with(dsa::causal_context_lens(view_of(prefix, {3}), 4, with_data(view_of(out, {3, 4}), nullptr), ctx),
                          ErrorCode::null_pointer, "causal_context_lens", "out"));
+  // Draft rows written over each other, or two requests on one row; a
+  // transposed view is fine.
+  EXPECT_TRUE(fails_with(dsa::causal_context_lens(view_of(prefix, {3}), 4,
+                                                  dsa::make_view(out.data(), dsa::DType::int32, {3, 4}, {1, 1}), ctx),
+                         ErrorCode::bad_stride, "causal_context_lens", "out"));
+  EXPECT_TRUE(fails_with(dsa::causal_context_lens(view_of(prefix, {3}), 4,
+                                                  dsa::make_view(out.data(), dsa::DType::int32, {3, 4}, {0, 1}), ctx),
+                         ErrorCode::bad_stride, "causal_context_lens", "out"));
+  EXPECT_TRUE(dsa::causal_context_lens(view_of(prefix, {3}), 4,
+                                       dsa::make_view(out.data(), dsa::DType::int32, {3, 4}, {1, 3}), ctx)
+                  .ok());
+  for (std::int64_t b = 0; b < 3; ++b) {
+    for (int j = 0; j < 4; ++j) EXPECT_EQ(out[b + 3 * j], prefix[b] + j + 1) << b << ", " << j;
+  }
 }
 
 TEST_P(OtherOpsValidation, PlanScheduleRules) {

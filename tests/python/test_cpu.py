@@ -333,6 +333,10 @@ def test_topk_errors(rng):
             dsa.topk(values, lengths, 3, num_threads=threads)
     with pytest.raises(ValueError, match="num_threads"):
         dsa.topk(values, lengths, 3, num_threads=2**40)
+    with pytest.raises(TypeError, match="topk: k: expected an integer"):
+        dsa.topk(values, lengths, 2.5)
+    np.testing.assert_array_equal(dsa.topk(values, lengths, np.int64(3), sorted=True),
+                                  dsa.topk(values, lengths, 3, sorted=True))
     overlapping = np.lib.stride_tricks.as_strided(np.zeros(3, dtype=np.int32), (2, 3), (4, 4))
     with pytest.raises(ValueError, match="bad_stride: topk: indices: row stride 1"):
         dsa.topk(values, lengths, 3, out=overlapping)
