@@ -152,12 +152,12 @@ dsa::Status execute_run(const Options& options, std::FILE* text, Json* document,
   const double tolerance = options.tolerance.value_or(gpu ? kGpuTolerance : kCpuTolerance);
 
   // Cache slots are int32 in the library; refused before anything is allocated.
-  if (max_cache_slots(shape) > std::numeric_limits<std::int32_t>::max()) {
+  if (const std::int64_t slots = max_cache_slots(shape); slots > std::numeric_limits<std::int32_t>::max()) {
     return {dsa::ErrorCode::invalid_argument,
             format("--batch %lld with --context %lld: up to %lld cache slots, beyond the int32 slot range "
                    "(2147483647); lower --batch or --context",
                    static_cast<long long>(shape.batch), static_cast<long long>(shape.avg_context),
-                   static_cast<long long>(max_cache_slots(shape)))};
+                   static_cast<long long>(slots))};
   }
   const WorkloadLayout layout = make_layout(shape);
   const HostInputs inputs = make_host_inputs(shape, layout);

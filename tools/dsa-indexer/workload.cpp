@@ -69,6 +69,14 @@ std::int64_t request_max_len(const WorkloadLayout& layout, std::int64_t b, int n
   return layout.context_lens[static_cast<std::size_t>(b * next_n + next_n - 1)];
 }
 
+// The longest length varied_lengths can draw.
+std::int64_t longest_varied_length(std::int64_t average, double spread) {
+  return static_cast<std::int64_t>(std::ceil(static_cast<double>(average) * (1.0 + spread)));
+}
+
+// Pages holding `length` tokens.
+std::int64_t pages_for(std::int64_t length) { return (length + dsa::kPageTokens - 1) / dsa::kPageTokens; }
+
 }  // namespace
 
 std::uint16_t float_to_bf16(float value) {
@@ -86,7 +94,7 @@ std::vector<std::int32_t> varied_lengths(std::int64_t count, std::int64_t averag
                                          std::uint64_t seed) {
   Random random(seed, lengths_stream, 0);
   const auto low = static_cast<std::int64_t>(std::floor(static_cast<double>(average) * (1.0 - spread)));
-  const auto high = static_cast<std::int64_t>(std::ceil(static_cast<double>(average) * (1.0 + spread)));
+  const std::int64_t high = longest_varied_length(average, spread);
   std::vector<std::int32_t> lengths(static_cast<std::size_t>(count));
   for (auto& length : lengths) {
     length = static_cast<std::int32_t>(random.integer(std::max<std::int64_t>(low, 1), std::max<std::int64_t>(high, 1)));
@@ -95,10 +103,8 @@ std::vector<std::int32_t> varied_lengths(std::int64_t count, std::int64_t averag
 }
 
 std::int64_t max_cache_slots(const WorkloadShape& shape) {
-  const auto longest_drawn =
-      static_cast<std::int64_t>(std::ceil(static_cast<double>(shape.avg_context) * (1.0 + shape.spread)));
-  const std::int64_t pages = (longest_drawn + shape.next_n + dsa::kPageTokens - 1) / dsa::kPageTokens;
-  return shape.batch * pages * dsa::kPageTokens;
+  const std::int64_t longest_row = longest_varied_length(shape.avg_context, shape.spread) + shape.next_n;
+  return shape.batch * pages_for(longest_row) * dsa::kPageTokens;
 }
 
 WorkloadLayout make_layout(const WorkloadShape& shape) {
@@ -121,7 +127,7 @@ WorkloadLayout make_layout(const WorkloadShape& shape) {
     }
     const std::int64_t max_len = prefix + next_n;
     layout.max_context_len = std::max(layout.max_context_len, max_len);
-    const std::int64_t pages = (max_len + dsa::kPageTokens - 1) / dsa::kPageTokens;
+    const std::int64_t pages = pages_for(max_len);
     layout.max_blocks = std::max(layout.max_blocks, pages);
     total_pages += pages;
   }
@@ -139,7 +145,7 @@ WorkloadLayout make_layout(const WorkloadShape& shape) {
   std::size_t next_page = 0;
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::int64_t max_len = request_max_len(layout, b, next_n);
-    const std::int64_t pages_needed = (max_len + dsa::kPageTokens - 1) / dsa::kPageTokens;
+    const std::int64_t pages_needed = pages_for(max_len);
     for (std::int64_t i = 0; i < pages_needed; ++i) {
       layout.block_table[static_cast<std::size_t>(b * layout.max_blocks + i)] = permutation[next_page++];
     }
