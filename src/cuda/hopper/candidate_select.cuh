@@ -1,12 +1,14 @@
-// The selection warp of the fused sm_90a kernel (index_topk without the
+// The selector warps of the fused sm_90a kernel (index_topk without the
 // logits matrix; see candidate_lists.hpp).
 //
 // The consumers leave each page's logits in shared memory instead of storing
-// them; this warp reads them in page order and appends, per draft row, every
-// position whose rank (topk/ordered_key.cuh) is at least the row's floor to
-// the row's list in global memory. The floor starts at the lowest rank; when
-// a list is nearly full the warp narrows the ranks it holds to a new floor
-// that still leaves at least k of them above it and drops the rest. So a list
+// them; the selector warps read them in page order, each for its own draft
+// rows (kSelectorWarps apart, so the rows of a page are offered in
+// parallel), and append, per draft row, every position whose rank
+// (topk/ordered_key.cuh) is at least the row's floor to the row's list in
+// global memory. The floor starts at the lowest rank; when a list is nearly
+// full its warp narrows the ranks it holds to a new floor that still leaves
+// at least k of them above it and drops the rest. So a list
 // always holds the top-k of the positions this worker scored for the row,
 // whatever the order they came in, and the floor only rises.
 #pragma once
@@ -24,6 +26,11 @@ namespace dsa::detail::cuda::hopper {
 using topk_impl::Rank;
 
 inline constexpr int kSelectBins = 256;
+// Selector warps of the fused kernel (one warpgroup): warp s keeps the lists
+// of draft rows s, s + kSelectorWarps, ... of every unit.
+inline constexpr int kSelectorWarps = 4;
+constexpr int active_selectors(int rows) { return rows < kSelectorWarps ? rows : kSelectorWarps; }
+constexpr int rows_per_selector(int rows) { return (rows + kSelectorWarps - 1) / kSelectorWarps; }
 // Ranks each lane loads before using any of them (latency of L2 hits).
 inline constexpr int kSelectLoadsAhead = 16;
 
@@ -195,13 +202,18 @@ __device__ __forceinline__ void offer(OpenList& list, float value, std::int64_t 
   list.count += __popc(taking);
 }
 
-// The selection warp's view of one unit's rows.
+// One selector warp's view of its rows of one unit: rows[r] is draft row
+// draft_row(r) = selector + kSelectorWarps * r (when below kRows).
 template <int kRows>
 struct UnitLists {
-  OpenList rows[kRows];
-  std::int32_t limit[kRows];  // positions [0, limit) compete; 0 when the row needs no list
+  static constexpr int kMine = rows_per_selector(kRows);
+  OpenList rows[kMine];
+  std::int32_t limit[kMine];  // positions [0, limit) compete; 0 when the row needs no list
+  int selector = 0;
   std::int64_t first_row = -1;
   bool starts_inside = false;  // which lists (candidate_lists.hpp)
+
+  __device__ int draft_row(int r) const { return selector + kSelectorWarps * r; }
 };
 
 // Publishes the lists of the unit being left.
@@ -209,10 +221,11 @@ template <int kRows>
 __device__ void close_lists(const CandidateLists& lists, const UnitLists<kRows>& unit) {
   if ((threadIdx.x & 31) != 0) return;
 #pragma unroll
-  for (int j = 0; j < kRows; ++j) {
-    if (unit.rows[j].ranks != nullptr) {
-      lists.counts[candidate_list_index(lists, unit.first_row, j, unit.starts_inside,
-                                        static_cast<int>(blockIdx.x))] = unit.rows[j].count;
+  for (int r = 0; r < UnitLists<kRows>::kMine; ++r) {
+    if (unit.rows[r].ranks != nullptr) {
+      lists.counts[candidate_list_index(lists, unit.first_row, unit.draft_row(r),
+                                        unit.starts_inside, static_cast<int>(blockIdx.x))] =
+          unit.rows[r].count;
     }
   }
 }
@@ -226,32 +239,36 @@ __device__ void open_lists(const CandidateLists& lists, const std::int32_t* sele
   unit.first_row = first_row;
   unit.starts_inside = starts_inside;
 #pragma unroll
-  for (int j = 0; j < kRows; ++j) {
+  for (int r = 0; r < UnitLists<kRows>::kMine; ++r) {
+    const int j = unit.draft_row(r);
+    unit.rows[r] = OpenList{};
+    unit.limit[r] = 0;
+    if (j >= kRows) continue;
     const std::int32_t length = select_lengths[first_row + j];
-    unit.limit[j] = length > k ? length : 0;
-    unit.rows[j] = OpenList{};
-    if (unit.limit[j] == 0) continue;
-    unit.rows[j].ranks =
+    unit.limit[r] = length > k ? length : 0;
+    if (unit.limit[r] == 0) continue;
+    unit.rows[r].ranks =
         lists.ranks + candidate_list_index(lists, first_row, j, starts_inside,
                                            static_cast<int>(blockIdx.x)) * kListCapacity;
   }
 }
 
 // Offers one page's logits ([kRows][64] in shared memory, key positions
-// first_position ...) to the unit's lists, compacting a list that could not
-// take another page.
+// first_position ...) of the warp's rows to their lists, compacting a list
+// that could not take another page.
 template <int kRows>
 __device__ void offer_page(const float* page_logits, std::int64_t first_position, int k,
                            int keep_limit, int* histogram, UnitLists<kRows>& unit) {
   const int lane = static_cast<int>(threadIdx.x) & 31;
 #pragma unroll
-  for (int j = 0; j < kRows; ++j) {
-    OpenList& list = unit.rows[j];
-    if (first_position >= unit.limit[j]) continue;
+  for (int r = 0; r < UnitLists<kRows>::kMine; ++r) {
+    OpenList& list = unit.rows[r];
+    if (first_position >= unit.limit[r]) continue;  // also every row past kRows
+    const float* row_logits = page_logits + unit.draft_row(r) * kPageTokens;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const std::int64_t position = first_position + 32 * half + lane;
-      offer(list, page_logits[j * kPageTokens + 32 * half + lane], position, position < unit.limit[j]);
+      offer(list, row_logits[32 * half + lane], position, position < unit.limit[r]);
     }
     if (list.count > kListCapacity - kPageTokens) {  // room for the next page's positions
       __syncwarp();  // the appended ranks are visible to every lane

@@ -21,9 +21,9 @@
 //
 // The selection kernel (kSelect, the fused index_topk) is the same machine
 // with a different end: the consumers leave each page's logits in shared
-// memory and the fill warp, which has nothing to fill, becomes the selection
-// warp (candidate_select.cuh) that turns them into candidate lists; a stage
-// returns to the producers once the selection warp has read it too.
+// memory, and a warpgroup of selector warps (candidate_select.cuh), one per
+// draft row (modulo four), turns them into candidate lists; a stage returns
+// to the producers once the selectors have read it too.
 #pragma once
 
 #include <cuda.h>
@@ -53,20 +53,25 @@ inline constexpr int kWarpgroupThreads = 128;
 // (at 128 columns or fewer, measured ~3 % slower before the products'
 // descriptors moved to uniform registers). Four fit the 104 registers a
 // 640-thread CTA leaves them without spills. The selection kernel keeps
-// three: its selection warp shares the registers evenly with the rest.
+// three, and a fifth warpgroup of selector warps.
 constexpr int consumer_warpgroups(bool select) { return select ? 3 : 4; }
 inline constexpr int kProducerWarps = 3;
 inline constexpr int kFillThreads = kWarpgroupThreads - 32 * kProducerWarps;
 // setmaxnreg budgets. A CTA of T threads is launched with 64K / T registers
 // per thread (rounded down to 8), and setmaxnreg.inc draws only on what the
 // CTA's own warps gave back with setmaxnreg.dec: a consumer limit above that
-// share waits forever. 3 consumers: 128 at launch, 152 after; 4: 96, 104.
+// share waits forever. Both kernels launch 640 threads (96 registers each);
+// the producers keep 56 and the selectors 88, and the consumers get the
+// rest: 104 each of four, 112 each of three beside the selectors.
 inline constexpr int kProducerRegisters = 56;
-constexpr int consumer_registers(int consumers) {
-  const int launch_registers = 64 * 1024 / (kWarpgroupThreads * (1 + consumers)) / 8 * 8;
-  return (launch_registers * (1 + consumers) - kProducerRegisters) / consumers / 8 * 8;
+inline constexpr int kSelectorRegisters = 88;
+constexpr int consumer_registers(int consumers, bool selectors) {
+  const int warpgroups = 1 + consumers + (selectors ? 1 : 0);
+  const int launch_registers = 64 * 1024 / (kWarpgroupThreads * warpgroups) / 8 * 8;
+  const int kept = kProducerRegisters + (selectors ? kSelectorRegisters : 0);
+  return (launch_registers * warpgroups - kept) / consumers / 8 * 8;
 }
-static_assert(consumer_registers(3) == 152 && consumer_registers(4) == 104);
+static_assert(consumer_registers(4, false) == 104 && consumer_registers(3, true) == 112);
 inline constexpr int kMaxSharedBytes = 227 * 1024;
 inline constexpr int kMaxStages = 32;
 // Every thread that touched shared data arrives on the barrier that hands it
@@ -134,18 +139,19 @@ struct QueryInfo {
 };
 
 // kSelect: the selection kernel, whose consumers leave each page's logits
-// ([kRows][64] floats per stage) to the selection warp, which hands the
+// ([kRows][64] floats per stage) to the selector warps, which hand the
 // stage back.
 template <int kRows, int kHeads, bool kSelect>
 struct SharedLayout {
   static constexpr int kConsumers = consumer_warpgroups(kSelect);
-  static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumers);
+  static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumers + (kSelect ? 1 : 0));
+  static constexpr int kHistogramBytes = kSelect ? kSelectorWarps * kSelectBins * 4 : 0;
   static constexpr int kQueryBytes = kRows * kHeads * kHeadDim;
   static constexpr int kPageLogitsBytes = kSelect ? kRows * kPageTokens * 4 : 0;
   static constexpr int kFixedBytes = 1024 /* alignment slack */ + 2 * kQueryBytes +
                                      2 * static_cast<int>(sizeof(QueryInfo<kRows, kHeads>)) +
                                      4 * 8 /* query barriers */ + 2 * 8 /* issued generation, padding */ +
-                                     (kSelect ? kSelectBins * 4 : 0);
+                                     kHistogramBytes;
   static constexpr int kStageBytes = kPageKeyBytes + kPageScaleBytes + kPageLogitsBytes +
                                      static_cast<int>(sizeof(StageInfo)) + (kSelect ? 3 : 2) * 8;
   static constexpr int kStagesThatFit = (kMaxSharedBytes - kFixedBytes) / kStageBytes;
@@ -167,7 +173,7 @@ struct SharedLayout {
   // The last query load issued (see produce).
   static constexpr int issued_generation = barriers + kBarriers * 8;
   static constexpr int select_histogram = issued_generation + 8;
-  static constexpr int bytes = select_histogram + (kSelect ? kSelectBins * 4 : 0);
+  static constexpr int bytes = select_histogram + kHistogramBytes;  // one per selector
   static constexpr int launch_bytes = bytes + 1024;
   static_assert(launch_bytes <= kMaxSharedBytes, "shared memory layout too large");
 };
@@ -552,7 +558,7 @@ struct PageContext {
   std::int64_t first_position;
   float scale_upper, scale_lower;  // of this thread's two token rows
   int warp, lane;                  // in the warpgroup
-  float* page_logits;              // selection kernel: [kRows][64] for the selection warp
+  float* page_logits;              // selection kernel: [kRows][64] for the selectors
 };
 
 // The passes of a page: pass i scores draft rows [first_row(i), first_row(i) +
@@ -619,7 +625,7 @@ __device__ __forceinline__ void finish_pass(const LogitsKernelParams& p, const P
   for (int i = 0; i < kSums; ++i) {
     const int j = kFirstRow + (kValues >= 4 ? half * kSums + i : 0);
     if constexpr (kSelect) {
-      // The selection warp applies the lengths.
+      // The selectors apply the lengths.
       page.page_logits[j * kPageTokens + (position - page.first_position)] = scale * sums[i];
       continue;
     }
@@ -676,7 +682,7 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
                                                             slot * Layout::kPageLogitsBytes)
                                  : nullptr;
     if (stage.kind == kStageEnd) {
-      if constexpr (kSelect) ptx::mbarrier_arrive(&logits_ready[slot]);  // ends the selection warp
+      if constexpr (kSelect) ptx::mbarrier_arrive(&logits_ready[slot]);  // ends the selectors
       break;
     }
     const int query_slot = stage.generation & 1;
@@ -727,21 +733,24 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
   }
 }
 
-// ---- selection warp (selection kernel) -------------------------------------------
+// ---- selector warps (selection kernel) -------------------------------------------
 
-// Takes every page's logits from the consumers in sequence order, offers them
-// to the unit's candidate lists (candidate_select.cuh) and hands the stage
-// back to the producers.
+// Selector `selector` of active_selectors(kRows): takes every page's logits
+// from the consumers in sequence order, offers those of its draft rows to
+// their candidate lists (candidate_select.cuh) and releases the stage to the
+// producers.
 template <int kRows, int kHeads>
-__device__ __forceinline__ void select_pages(const LogitsKernelParams& p, unsigned char* smem) {
+__device__ __forceinline__ void select_pages(const LogitsKernelParams& p, unsigned char* smem,
+                                             int selector) {
   using Layout = SharedLayout<kRows, kHeads, true>;
   constexpr int kStages = Layout::kStages;
   auto* stage_info = reinterpret_cast<const StageInfo*>(smem + Layout::stage_info);
   auto* barriers = reinterpret_cast<std::uint64_t*>(smem + Layout::barriers);
   std::uint64_t* page_empty = barriers + kStages;
   std::uint64_t* logits_ready = barriers + 2 * kStages + 4;
-  auto* histogram = reinterpret_cast<int*>(smem + Layout::select_histogram);
+  auto* histogram = reinterpret_cast<int*>(smem + Layout::select_histogram) + selector * kSelectBins;
   UnitLists<kRows> unit;
+  unit.selector = selector;
   for (int sequence = 0;; ++sequence) {
     const int slot = sequence % kStages;
     ptx::mbarrier_wait(&logits_ready[slot], (sequence / kStages) & 1);
@@ -781,8 +790,9 @@ __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThread
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       ptx::mbarrier_init(&barriers[s], 1);  // page full
-      // page empty: the consumer, and with kSelect the selection warp
-      ptx::mbarrier_init(&barriers[kStages + s], kWarpgroupThreads + (kSelect ? 32 : 0));
+      // page empty: the consumer, and with kSelect the selectors
+      ptx::mbarrier_init(&barriers[kStages + s],
+                         kWarpgroupThreads + (kSelect ? 32 * active_selectors(kRows) : 0));
       if (kSelect) ptx::mbarrier_init(&barriers[2 * kStages + 4 + s], kWarpgroupThreads);  // logits ready
     }
     *reinterpret_cast<std::int32_t*>(smem + Layout::issued_generation) = -1;
@@ -797,10 +807,8 @@ __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThread
   // Read from lane 0, the warpgroup index is known to be warp-uniform: what
   // derives from it (stage slots, descriptors) stays in uniform registers.
   const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
-  // The selection warp keeps its lists' state in registers: the selection
-  // kernel leaves every warp the even share.
   if (warpgroup == 0) {
-    if constexpr (!kSelect) ptx::lower_register_limit<kProducerRegisters>();
+    ptx::lower_register_limit<kProducerRegisters>();
     if (threadIdx.x < 32 * kProducerWarps) {
       ptx::prefetch_tensor_map(&key_map);
       ptx::prefetch_tensor_map(&query_map);
@@ -808,11 +816,14 @@ __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThread
                                       static_cast<int>(threadIdx.x) / 32);
     } else {
       fill_uncovered<kRows, !kSelect>(p);
-      if constexpr (kSelect) select_pages<kRows, kHeads>(p, smem);
     }
-  } else {
-    if constexpr (!kSelect) ptx::raise_register_limit<consumer_registers(Layout::kConsumers)>();
+  } else if (warpgroup <= Layout::kConsumers) {
+    ptx::raise_register_limit<consumer_registers(Layout::kConsumers, kSelect)>();
     consume<kRows, kHeads, kPassColumns, kSelect>(p, smem, warpgroup - 1);
+  } else if constexpr (kSelect) {
+    ptx::lower_register_limit<kSelectorRegisters>();
+    const int selector = (static_cast<int>(threadIdx.x) / 32) % kSelectorWarps;
+    if (selector < active_selectors(kRows)) select_pages<kRows, kHeads>(p, smem, selector);
   }
 #else
   (void)p;
