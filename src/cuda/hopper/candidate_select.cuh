@@ -108,12 +108,9 @@ __device__ inline Rank narrow_floor(const OpenList& list, Rank lo, Rank hi, int 
 #pragma unroll
       for (int u = 0; u < kSelectLoadsAhead; ++u) {
         const bool inside = base + 32 * u + lane < list.count && batch[u] >= lo && batch[u] <= hi;
-        const int bin = inside ? static_cast<int>((batch[u] - lo) >> shift) : -1;
-        // One atomic per distinct bin: values of a row often share a few bins.
-        const unsigned peers = __match_any_sync(0xffffffffu, bin);
-        if (inside && lane == __ffs(static_cast<int>(peers)) - 1) {
-          atomicAdd(&histogram[bin], __popc(peers));
-        }
+        // A plain shared atomic per rank: the warp does not wait for it, while
+        // grouping lanes by bin (match.any) stalled every batch on its latency.
+        if (inside) atomicAdd(&histogram[static_cast<int>((batch[u] - lo) >> shift)], 1);
       }
     }
     __syncwarp();
