@@ -63,17 +63,25 @@ PAGE_TOKENS = _core.PAGE_TOKENS
 CHUNK_TOKENS = _core.CHUNK_TOKENS
 
 
-def _int32(value, op, name):
-    """`value` as an int for the library's 32-bit integer argument `name` of `op`: a value
-    that is not an integer (2.5 would be truncated) raises TypeError, one beyond the int32
-    range ValueError, here, before any output is sized from it."""
+def _integer(value, op, name, bits):
+    """`value` as an int for the library's `bits`-bit integer argument `name` of `op`: a
+    value that is not an integer (2.5 would be truncated) raises TypeError, one beyond the
+    argument's range ValueError, here, before any output is sized from it."""
     try:
         number = operator.index(value)
     except TypeError:
         raise TypeError(f"{op}: {name}: expected an integer, got {value!r}") from None
-    if not -(2**31) <= number < 2**31:
-        raise ValueError(f"{op}: {name}: {number} is beyond the int32 range of the argument")
+    if not -(2**(bits - 1)) <= number < 2**(bits - 1):
+        raise ValueError(f"{op}: {name}: {number} is beyond the int{bits} range of the argument")
     return number
+
+
+def _int32(value, op, name):
+    return _integer(value, op, name, 32)
+
+
+def _int64(value, op, name):
+    return _integer(value, op, name, 64)
 
 
 def _index_columns(k):
@@ -214,8 +222,10 @@ def default_num_workers(like, **execution):
 def resolve_logits_path(path, next_n, num_heads, like, **execution):
     """The path ("native" or "per_token") `path` resolves to for this shape and device."""
     device_type, index = _device(like)
-    resolved = _core.resolve_logits_path(_choice(_PATHS, path, "path"), int(next_n),
-                                         int(num_heads), device_type, index,
+    resolved = _core.resolve_logits_path(_choice(_PATHS, path, "path"),
+                                         _int32(next_n, "resolve_logits_path", "next_n"),
+                                         _int32(num_heads, "resolve_logits_path", "num_heads"),
+                                         device_type, index,
                                          make_context(like, **execution))
     return resolved.name
 
@@ -227,7 +237,8 @@ def plan_schedule(context_lens, num_workers=None, path="auto", *, out=None, work
     num_workers defaults to default_num_workers(); path must match the scoring call
     ("auto" resolves as for H = 64). Runs on the device of context_lens (no host sync)."""
     if out is None and _torch_ops.is_compiling():
-        return _torch_ops.plan_schedule(context_lens, int(num_workers or 0), path,
+        workers = 0 if num_workers is None else _int32(num_workers, "plan_schedule", "num_workers")
+        return _torch_ops.plan_schedule(context_lens, workers, path,
                                        execution.get("backend", "auto"))
     _choice(_PATHS, path, "path")
     ctx = make_context(context_lens, **execution)
@@ -265,21 +276,22 @@ def paged_mqa_logits(q, key_cache, weights, context_lens, block_table, max_conte
     [B, next_n]; block_table int32 [B, max_blocks] (a strided view is fine);
     schedule from plan_schedule (planned now when None). `out` may have any row
     stride >= max_context_len."""
+    max_context_len = _int64(max_context_len, "paged_mqa_logits", "max_context_len")
     if out is None and _torch_ops.is_compiling():
         return _torch_ops.paged_mqa_logits(q, key_cache, weights, context_lens, block_table,
-                                          schedule, int(max_context_len), bool(clean_logits),
+                                          schedule, max_context_len, bool(clean_logits),
                                           path, execution.get("backend", "auto"))
     path_value = _choice(_PATHS, path, "path")
     schedule = _scoring_schedule(q, context_lens, schedule, path, execution)
     if out is None:
         rows = _extent(q, 0) * _extent(q, 1)
-        out = fw.empty(q, (rows, max(int(max_context_len), 0)), out_dtype)
+        out = fw.empty(q, (rows, max(max_context_len, 0)), out_dtype)
     ctx = make_context(q, **execution)
     ws = workspace if workspace is not None else fw.workspace(
         q, _core.paged_mqa_logits_workspace_bytes(ctx))
     _core.paged_mqa_logits(fw.export(q), fw.export(key_cache), fw.export(weights),
                            fw.export(context_lens), fw.export(block_table), fw.export(schedule),
-                           int(max_context_len), fw.export(out), bool(clean_logits), path_value,
+                           max_context_len, fw.export(out), bool(clean_logits), path_value,
                            ctx, fw.export(ws))
     return out
 
@@ -323,9 +335,11 @@ def index_topk(q, key_cache, weights, context_lens, block_table, max_context_len
 
     topk_lens int32 [B * next_n] (None: the context lengths, the causal convention;
     with expanded lengths pass the causal ones). Returns int32 [B * next_n, k]."""
+    max_context_len = _int64(max_context_len, "index_topk", "max_context_len")
     if out is None and _torch_ops.is_compiling():
         return _torch_ops.index_topk(q, key_cache, weights, context_lens, block_table, schedule,
-                                    int(max_context_len), topk_lens, int(k), bool(sorted),
+                                    max_context_len, topk_lens, _int32(k, "index_topk", "k"),
+                                    bool(sorted),
                                     bool(physical_slots), path, strategy,
                                     execution.get("backend", "auto"))
     options = _index_topk_options(k, sorted, physical_slots, path, strategy)
@@ -335,11 +349,11 @@ def index_topk(q, key_cache, weights, context_lens, block_table, max_context_len
         out = fw.empty(q, (rows, _index_columns(options.k)), "int32")
     ctx = make_context(q, **execution)
     if workspace is None:
-        nbytes = _core.index_topk_workspace_bytes(rows, int(max_context_len), options, ctx)
+        nbytes = _core.index_topk_workspace_bytes(rows, max_context_len, options, ctx)
         workspace = fw.workspace(q, nbytes)
     _core.index_topk(fw.export(q), fw.export(key_cache), fw.export(weights),
                      fw.export(context_lens), fw.export(block_table), fw.export(schedule),
-                     int(max_context_len), fw.export(topk_lens), fw.export(out), options, ctx,
+                     max_context_len, fw.export(topk_lens), fw.export(out), options, ctx,
                      fw.export(workspace))
     return out
 
@@ -356,11 +370,13 @@ def workspace_bytes(operation, like, *, rows=0, max_length=0, k=MAX_TOPK, sorted
     """Bytes of workspace `operation` needs (add workspace_alignment() when allocating a
     buffer whose start may not be aligned)."""
     ctx = make_context(like, **execution)
+    rows = _int64(rows, "workspace_bytes", "rows")
+    max_length = _int64(max_length, "workspace_bytes", "max_length")
     if operation == "topk":
-        return _core.topk_workspace_bytes(int(rows), int(max_length), int(k), ctx)
+        return _core.topk_workspace_bytes(rows, max_length, _int32(k, "workspace_bytes", "k"), ctx)
     if operation == "index_topk":
         options = _index_topk_options(k, sorted, physical_slots, path, strategy)
-        return _core.index_topk_workspace_bytes(int(rows), int(max_length), options, ctx)
+        return _core.index_topk_workspace_bytes(rows, max_length, options, ctx)
     if operation == "store_index_keys":
         return _core.store_index_keys_workspace_bytes(ctx)
     if operation == "quantize_queries":

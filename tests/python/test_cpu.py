@@ -364,6 +364,24 @@ def test_integer_arguments_beyond_int32_name_the_argument(rng):
                        2**40)
 
 
+def test_lengths_and_counts_must_be_integers(rng):
+    p = scoring_problem(rng)
+    args = (p["q"], p["cache"], p["weights"], p["lens"], p["table"])
+    # A float would be truncated into a shorter row; a huge one used to reach the binding.
+    for op in (dsa.paged_mqa_logits, dsa.index_topk):
+        with pytest.raises(TypeError, match=f"{op.__name__}: max_context_len: expected an integer"):
+            op(*args, p["max_len"] + 0.5)
+        with pytest.raises(ValueError, match=f"{op.__name__}: max_context_len: .* int64"):
+            op(*args, 2**63)
+    np.testing.assert_array_equal(
+        dsa.paged_mqa_logits(*args, np.int64(p["max_len"]), clean_logits=True),
+        dsa.paged_mqa_logits(*args, p["max_len"], clean_logits=True))
+    with pytest.raises(TypeError, match="workspace_bytes: max_length: expected an integer"):
+        dsa.workspace_bytes("topk", p["q"], rows=4, max_length=10.5)
+    with pytest.raises(TypeError, match="resolve_logits_path: num_heads: expected an integer"):
+        dsa.resolve_logits_path("auto", 2, 64.0, p["q"])
+
+
 @pytest.mark.parametrize("strategy", ["auto", "fused", "logits_then_topk"])
 @pytest.mark.parametrize("next_n", [1, 3])
 def test_index_topk_equals_topk_of_logits(rng, strategy, next_n):

@@ -27,15 +27,15 @@ def _is_legacy(context_lens):
 
 def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms):
     """The schedule int32 [num_sms + 1, 2] for these lengths (1-D or 2-D)."""
-    if int(block_kv) != ops.PAGE_TOKENS:
+    if block_kv != ops.PAGE_TOKENS:
         raise ValueError(
             f"get_paged_mqa_logits_metadata: block_kv: must be {ops.PAGE_TOKENS} (the cache's "
             f"page size), got {block_kv}")
     if _is_legacy(context_lens):
         # The native schedule depends only on each request's longest row, which for
         # legacy lengths is len_b itself, so it is planned without knowing next_n.
-        return ops.plan_schedule(context_lens[:, None], int(num_sms), "native")
-    return ops.plan_schedule(context_lens, int(num_sms), "auto")
+        return ops.plan_schedule(context_lens[:, None], num_sms, "native")
+    return ops.plan_schedule(context_lens, num_sms, "auto")
 
 
 def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta,
@@ -47,5 +47,5 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
     else:
         lens = context_lens
         path = "auto"
-    return ops.paged_mqa_logits(q, kv_cache, weights, lens, block_table, int(max_context_len),
+    return ops.paged_mqa_logits(q, kv_cache, weights, lens, block_table, max_context_len,
                                 schedule_meta, clean_logits=bool(clean_logits), path=path)
