@@ -110,7 +110,7 @@ std::vector<Flag> flag_table() {
            return "--spread: expected a fraction in [0, 1) (0.3 means +-30%), got '" +
                   std::string(v) + "'";
          }
-         o.spread = *value;
+         o.spread = *value == 0.0 ? 0.0 : *value;  // -0 would print as "+--0%"
          return {};
        }},
       {"--k", true, true, true,
