@@ -43,6 +43,20 @@ def framework_of(array):
     )
 
 
+def is_array(value):
+    """Whether `value` is an array of a framework the library reads."""
+    try:
+        framework_of(value)
+    except TypeError:
+        return False
+    return True
+
+
+def is_writable(array):
+    """False for a read-only NumPy array (the frameworks' other arrays are writable)."""
+    return not isinstance(array, np.ndarray) or array.flags.writeable
+
+
 def _torch():
     return sys.modules["torch"]
 

@@ -109,6 +109,26 @@ def make_context(like, backend="auto", stream=None, num_threads=0, reference_flo
     return ctx
 
 
+def _check_arrays(op, inputs=(), outputs=()):
+    """Raises TypeError naming the argument of `op` that is not an array (NumPy, PyTorch or
+    CuPy) and ValueError naming an output that is read-only; (name, value) pairs, where
+    None is an absent optional argument."""
+    for pairs, output in ((inputs, False), (outputs, True)):
+        for name, value in pairs:
+            if value is None:
+                continue
+            if not fw.is_array(value):
+                raise TypeError(f"{op}: {name}: expected a NumPy array, PyTorch tensor or CuPy "
+                                f"array, got {type(value).__name__}")
+            if output and not fw.is_writable(value):
+                raise ValueError(f"{op}: {name}: the array is read-only; the library writes it")
+
+
+def _scoring_inputs(q, key_cache, weights, context_lens, block_table, schedule):
+    return [("q", q), ("key_cache", key_cache), ("weights", weights),
+            ("context_lens", context_lens), ("block_table", block_table), ("schedule", schedule)]
+
+
 def _basic_workspace(like, ctx, workspace):
     """The caller's workspace, or one for operations that only keep the device error record."""
     if workspace is not None:
@@ -143,6 +163,8 @@ def store_index_keys(keys, slot_mapping, cache, *, power_of_two_scales=False, wo
         _torch_ops.store_index_keys(keys, slot_mapping, cache, power_of_two_scales,
                                    execution.get("backend", "auto"))
         return cache
+    _check_arrays("store_index_keys", [("keys", keys), ("slot_mapping", slot_mapping)],
+                  [("cache", cache), ("workspace", workspace)])
     ctx = make_context(cache, **execution)
     ws = workspace if workspace is not None else fw.workspace(
         cache, _core.store_index_keys_workspace_bytes(ctx))
@@ -160,11 +182,16 @@ def quantize_queries(q, head_gate, *, power_of_two_scales=False, weight_scale=0.
     if out is None and _torch_ops.is_compiling():
         return _torch_ops.quantize_queries(q, head_gate, power_of_two_scales, weight_scale,
                                           execution.get("backend", "auto"))
+    _check_arrays("quantize_queries", [("q", q), ("head_gate", head_gate)],
+                  [("workspace", workspace)])
+    if out is not None and (not isinstance(out, (tuple, list)) or len(out) != 2):
+        raise TypeError("quantize_queries: out: expected a pair (q_fp8, weights)")
     if out is None:
         dims = _dims(q)
         rows = dims[0] * dims[1] if len(dims) == 4 else 0
         out = (fw.empty(q, dims, "float8_e4m3"), fw.empty(q, (rows, _extent(q, 2)), "float32"))
     q_fp8, weights = out
+    _check_arrays("quantize_queries", outputs=[("out[0]", q_fp8), ("out[1]", weights)])
     ctx = make_context(q, **execution)
     ws = workspace if workspace is not None else fw.workspace(
         q, _core.quantize_queries_workspace_bytes(ctx))
@@ -189,6 +216,8 @@ def context_lens(lens, next_n, convention="causal", *, out=None, workspace=None,
     if out is None and _torch_ops.is_compiling():
         return _torch_ops.context_lens(lens, next_n, convention,
                                       execution.get("backend", "auto"))
+    _check_arrays(f"{convention}_context_lens", [("lens", lens)],
+                  [("out", out), ("workspace", workspace)])
     if out is None:
         out = fw.empty(lens, (_extent(lens, 0), max(next_n, 0)), "int32")
     ctx = make_context(lens, **execution)
@@ -241,6 +270,8 @@ def plan_schedule(context_lens, num_workers=None, path="auto", *, out=None, work
         return _torch_ops.plan_schedule(context_lens, workers, path,
                                        execution.get("backend", "auto"))
     _choice(_PATHS, path, "path")
+    _check_arrays("plan_schedule", [("context_lens", context_lens)],
+                  [("out", out), ("workspace", workspace)])
     ctx = make_context(context_lens, **execution)
     if num_workers is None:
         device_type, index = _device(context_lens)
@@ -282,6 +313,9 @@ def paged_mqa_logits(q, key_cache, weights, context_lens, block_table, max_conte
                                           schedule, max_context_len, bool(clean_logits),
                                           path, execution.get("backend", "auto"))
     path_value = _choice(_PATHS, path, "path")
+    _check_arrays("paged_mqa_logits", _scoring_inputs(q, key_cache, weights, context_lens,
+                                                      block_table, schedule),
+                  [("out", out), ("workspace", workspace)])
     schedule = _scoring_schedule(q, context_lens, schedule, path, execution)
     if out is None:
         rows = _extent(q, 0) * _extent(q, 1)
@@ -307,6 +341,8 @@ def topk(logits, lengths, k, *, sorted=False, block_table=None, rows_per_request
     if out is None and _torch_ops.is_compiling():
         return _torch_ops.topk(logits, lengths, k, bool(sorted), block_table,
                               rows_per_request, execution.get("backend", "auto"))
+    _check_arrays("topk", [("logits", logits), ("lengths", lengths), ("block_table", block_table)],
+                  [("out", out), ("workspace", workspace)])
     if out is None:
         out = fw.empty(logits, (_extent(logits, 0), _index_columns(k)), "int32")
     ctx = make_context(logits, **execution)
@@ -343,6 +379,9 @@ def index_topk(q, key_cache, weights, context_lens, block_table, max_context_len
                                     bool(physical_slots), path, strategy,
                                     execution.get("backend", "auto"))
     options = _index_topk_options(k, sorted, physical_slots, path, strategy)
+    _check_arrays("index_topk", _scoring_inputs(q, key_cache, weights, context_lens, block_table,
+                                                schedule) + [("topk_lens", topk_lens)],
+                  [("out", out), ("workspace", workspace)])
     schedule = _scoring_schedule(q, context_lens, schedule, path, execution)
     rows = _extent(q, 0) * _extent(q, 1)
     if out is None:
@@ -361,6 +400,7 @@ def index_topk(q, key_cache, weights, context_lens, block_table, max_context_len
 def read_device_error(workspace, *, like=None, **execution):
     """Synchronizes the stream and raises the first data-dependent error that the last CUDA
     operation given this `workspace` recorded (its own arrays' device and stream)."""
+    _check_arrays("read_device_error", [("workspace", workspace), ("like", like)])
     ctx = make_context(workspace if like is None else like, **execution)
     _core.read_device_error(ctx, fw.export(workspace))
 

@@ -247,6 +247,45 @@ def test_read_only_inputs_are_accepted(rng):
     assert_logits_close(out, reference_logits(p))
 
 
+def test_arguments_that_are_not_arrays_or_not_writable_are_named(rng):
+    p = scoring_problem(rng)
+    args = [p["q"], p["cache"], p["weights"], p["lens"], p["table"], p["max_len"]]
+    for index, name in enumerate(("q", "key_cache", "weights", "context_lens", "block_table")):
+        bad = list(args)
+        bad[index] = bad[index].tolist()
+        for op in (dsa.paged_mqa_logits, dsa.index_topk):
+            with pytest.raises(TypeError, match=f"{op.__name__}: {name}: expected a NumPy array"):
+                op(*bad)
+    values = rng.standard_normal((2, 10)).astype(np.float32)
+    lengths = np.array([10, 5], dtype=np.int32)
+    with pytest.raises(TypeError, match="topk: lengths: expected .* got list"):
+        dsa.topk(values, [10, 5], 3)
+    read_only = np.zeros((2, 3), dtype=np.int32)
+    read_only.setflags(write=False)
+    with pytest.raises(ValueError, match="topk: out: the array is read-only"):
+        dsa.topk(values, lengths, 3, out=read_only)
+    logits_out = np.zeros((6, p["max_len"]), dtype=np.float32)
+    logits_out.setflags(write=False)
+    with pytest.raises(ValueError, match="paged_mqa_logits: out: the array is read-only"):
+        dsa.paged_mqa_logits(*args, out=logits_out)
+    cache = np.zeros((1, ref.page_bytes(D)), dtype=np.uint8)
+    cache.setflags(write=False)
+    with pytest.raises(ValueError, match="store_index_keys: cache: the array is read-only"):
+        dsa.store_index_keys(np.ones((1, D), dtype=np.float32), np.zeros(1, dtype=np.int32), cache)
+    with pytest.raises(TypeError, match="store_index_keys: slot_mapping: expected"):
+        dsa.store_index_keys(np.ones((1, D), dtype=np.float32), [0], np.zeros_like(cache))
+    q = np.ones((1, 1, 2, D), dtype=np.float32)
+    gate = np.ones((1, 2), dtype=np.float32)
+    with pytest.raises(TypeError, match="quantize_queries: out: expected a pair"):
+        dsa.quantize_queries(q, gate, out=np.zeros(q.shape, dtype=np.uint8))
+    with pytest.raises(TypeError, match="quantize_queries: head_gate: expected"):
+        dsa.quantize_queries(q, [[1.0, 1.0]])
+    with pytest.raises(TypeError, match="causal_context_lens: lens: expected"):
+        dsa.causal_context_lens([3, 4], 2)
+    with pytest.raises(TypeError, match="plan_schedule: context_lens: expected"):
+        dsa.plan_schedule([[3, 4]], 2)
+
+
 def test_paged_mqa_logits_errors_name_the_argument(rng):
     p = scoring_problem(rng, next_n=2)
     args = dict(q=p["q"], key_cache=p["cache"], weights=p["weights"], context_lens=p["lens"],
