@@ -43,15 +43,6 @@ def framework_of(array):
     )
 
 
-def is_array(value):
-    """Whether `value` is an array of a framework the library reads."""
-    try:
-        framework_of(value)
-    except TypeError:
-        return False
-    return True
-
-
 def is_writable(array):
     """False for a read-only NumPy array (the frameworks' other arrays are writable)."""
     return not isinstance(array, np.ndarray) or array.flags.writeable

@@ -117,9 +117,10 @@ def _check_arrays(op, inputs=(), outputs=()):
         for name, value in pairs:
             if value is None:
                 continue
-            if not fw.is_array(value):
-                raise TypeError(f"{op}: {name}: expected a NumPy array, PyTorch tensor or CuPy "
-                                f"array, got {type(value).__name__}")
+            try:
+                fw.framework_of(value)
+            except TypeError as error:
+                raise TypeError(f"{op}: {name}: {error}") from None
             if output and not fw.is_writable(value):
                 raise ValueError(f"{op}: {name}: the array is read-only; the library writes it")
 
