@@ -179,24 +179,37 @@ __device__ inline void drop_below(OpenList& list, Rank floor) {
   list.floor_value = topk_impl::float_of_key(topk_impl::key_of(floor));
 }
 
-// Appends the valid positions of 32 consecutive ones (one per lane) whose
-// rank reaches the list's floor. Most values are decided on the float alone:
-// one above the floor's value wins, one below loses; only a value with the
-// floor's key (equal, or NaN at a floor of -inf) compares positions.
-__device__ __forceinline__ void offer(OpenList& list, float value, std::int64_t position,
-                                      bool valid) {
-  const bool same_key = value == list.floor_value ||
-                        (isnan(value) && list.floor_value == -INFINITY);
-  const Rank rank = topk_impl::rank_of(
-      topk_impl::OrderedKey<std::uint32_t>::from_bits(__float_as_uint(value)),
-      static_cast<std::uint32_t>(position));
-  const bool take = valid && (value > list.floor_value || (same_key && rank >= list.floor));
-  const unsigned taking = __ballot_sync(0xffffffffu, take);
-  if (taking == 0) return;
-  if (take) {
-    list.ranks[list.count + __popc(taking & lanes_below())] = rank;
-  }
-  list.count += __popc(taking);
+// Whether the value at `position` (valid below `limit`) reaches the list's
+// floor, and its rank. Most values are decided on the float alone: one above
+// the floor's value wins, one below loses; only a value with the floor's key
+// (equal, or NaN at a floor of -inf) compares positions.
+__device__ __forceinline__ bool reaches_floor(const OpenList& list, float value,
+                                              std::int64_t position, std::int64_t limit,
+                                              Rank* rank) {
+  const std::uint32_t key = topk_impl::OrderedKey<std::uint32_t>::from_bits(__float_as_uint(value));
+  *rank = topk_impl::rank_of(key, static_cast<std::uint32_t>(position));
+  // Bitwise, not short-circuit: predicates instead of branches on the warp's chain.
+  const bool same_key =
+      (value == list.floor_value) | (isnan(value) & (list.floor_value == -INFINITY));
+  return (position < limit) & ((value > list.floor_value) | (same_key & (*rank >= list.floor)));
+}
+
+// Appends those of a page's 64 positions (two adjacent ones per lane) that
+// reach the list's floor. Both halves are decided before either is stored, so
+// the warp runs one chain of dependent steps per page, not two.
+__device__ __forceinline__ void offer(OpenList& list, float2 values, std::int64_t position,
+                                      std::int64_t limit) {
+  Rank first_rank = 0;
+  Rank second_rank = 0;
+  const bool take_first = reaches_floor(list, values.x, position, limit, &first_rank);
+  const bool take_second = reaches_floor(list, values.y, position + 1, limit, &second_rank);
+  const unsigned first = __ballot_sync(0xffffffffu, take_first);
+  const unsigned second = __ballot_sync(0xffffffffu, take_second);
+  if ((first | second) == 0) return;
+  const int second_base = list.count + __popc(first);
+  if (take_first) list.ranks[list.count + __popc(first & lanes_below())] = first_rank;
+  if (take_second) list.ranks[second_base + __popc(second & lanes_below())] = second_rank;
+  list.count = second_base + __popc(second);
 }
 
 // One selector warp's view of its rows of one unit: rows[r] is draft row
@@ -261,12 +274,9 @@ __device__ void offer_page(const float* page_logits, std::int64_t first_position
   for (int r = 0; r < UnitLists<kRows>::kMine; ++r) {
     OpenList& list = unit.rows[r];
     if (first_position >= unit.limit[r]) continue;  // also every row past kRows
-    const float* row_logits = page_logits + unit.draft_row(r) * kPageTokens;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const std::int64_t position = first_position + 32 * half + lane;
-      offer(list, row_logits[32 * half + lane], position, position < unit.limit[r]);
-    }
+    const auto* row_logits =
+        reinterpret_cast<const float2*>(page_logits + unit.draft_row(r) * kPageTokens);
+    offer(list, row_logits[lane], first_position + 2 * lane, unit.limit[r]);
     if (list.count > kListCapacity - kPageTokens) {  // room for the next page's positions
       __syncwarp();  // the appended ranks are visible to every lane
       Rank lo = 0;
