@@ -342,12 +342,18 @@ std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_conte
                                        const IndexTopkOptions& options, const ExecContext& ctx) {
   if (is_cpu_backend(ctx.backend)) return 0;  // the CPU stages logits in its own memory
   // The fused lists depend on the schedule: sized here for one worker per
-  // multiprocessor and units of up to kMaxNativeRows draft rows.
+  // multiprocessor and the most any unit of up to kMaxNativeRows draft rows
+  // needs (units of fewer rows split each row's lists into parts).
   const int workers = std::max(cuda::multiprocessor_count(0), 1);
-  const int rows_per_unit =
+  const int max_rows_per_unit =
       static_cast<int>(std::min<std::int64_t>(std::max<std::int64_t>(rows, 1), cuda::kMaxNativeRows));
-  return cuda::index_topk_workspace_bytes(rows, max_context_len, options.k,
-                                          fused_strategy(options.strategy), workers, rows_per_unit, 0);
+  std::size_t most = 0;
+  for (int rows_per_unit = 1; rows_per_unit <= max_rows_per_unit; ++rows_per_unit) {
+    most = std::max(most, cuda::index_topk_workspace_bytes(rows, max_context_len, options.k,
+                                                           fused_strategy(options.strategy), workers,
+                                                           rows_per_unit, 0));
+  }
+  return most;
 }
 
 }  // namespace dsa

@@ -179,6 +179,7 @@ Status fused_index_topk(const IndexTopkProblem& p, const ExecContext& ctx) {
   selection.lists.counts = reinterpret_cast<std::int32_t*>(workspace + plan.counts_offset);
   selection.lists.rows = rows;
   selection.lists.rows_per_unit = p.logits.rows_per_unit();
+  selection.lists.parts = list_parts(selection.lists.rows_per_unit);
   // A list no worker writes reads as empty.
   DSA_CUDA_CHECK(cudaMemsetAsync(selection.lists.counts, 0, plan.counts_bytes, stream));
   DSA_RETURN_IF_ERROR(hopper::paged_mqa_candidates(p.logits, selection, ctx));

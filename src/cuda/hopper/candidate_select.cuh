@@ -26,10 +26,14 @@ namespace dsa::detail::cuda::hopper {
 using topk_impl::Rank;
 
 inline constexpr int kSelectBins = 256;
-// Selector warps of the fused kernel (one warpgroup): warp s keeps the lists
-// of draft rows s, s + kSelectorWarps, ... of every unit.
-inline constexpr int kSelectorWarps = 4;
-constexpr int active_selectors(int rows) { return rows < kSelectorWarps ? rows : kSelectorWarps; }
+// Selector warps of the fused kernel (one warpgroup). With at least as many
+// draft rows as warps, warp s keeps the lists of rows s, s + kSelectorWarps,
+// ... of every unit; with fewer, the warps split each row's pages
+// (candidate_lists.hpp) and warp s keeps part s / rows of row s % rows.
+inline constexpr int kSelectorWarps = kListWriters;
+constexpr int active_selectors(int rows) {
+  return rows < kSelectorWarps ? rows * list_parts(rows) : kSelectorWarps;
+}
 constexpr int rows_per_selector(int rows) { return (rows + kSelectorWarps - 1) / kSelectorWarps; }
 // Ranks each lane loads before using any of them (latency of L2 hits).
 inline constexpr int kSelectLoadsAhead = 16;
@@ -213,17 +217,21 @@ __device__ __forceinline__ void offer(OpenList& list, float2 values, std::int64_
 }
 
 // One selector warp's view of its rows of one unit: rows[r] is draft row
-// draft_row(r) = selector + kSelectorWarps * r (when below kRows).
+// draft_row(r) (when below kRows), of which the warp keeps part part().
 template <int kRows>
 struct UnitLists {
   static constexpr int kMine = rows_per_selector(kRows);
+  static constexpr int kParts = list_parts(kRows);
   OpenList rows[kMine];
   std::int32_t limit[kMine];  // positions [0, limit) compete; 0 when the row needs no list
   int selector = 0;
   std::int64_t first_row = -1;
   bool starts_inside = false;  // which lists (candidate_lists.hpp)
 
-  __device__ int draft_row(int r) const { return selector + kSelectorWarps * r; }
+  __device__ int draft_row(int r) const {
+    return (kParts > 1 ? selector % kRows : selector) + kSelectorWarps * r;
+  }
+  __device__ int part() const { return kParts > 1 ? selector / kRows : 0; }
 };
 
 // Publishes the lists of the unit being left.
@@ -233,8 +241,8 @@ __device__ void close_lists(const CandidateLists& lists, const UnitLists<kRows>&
 #pragma unroll
   for (int r = 0; r < UnitLists<kRows>::kMine; ++r) {
     if (unit.rows[r].ranks != nullptr) {
-      lists.counts[candidate_list_index(lists, unit.first_row, unit.draft_row(r),
-                                        unit.starts_inside, static_cast<int>(blockIdx.x))] =
+      lists.counts[candidate_list_index(lists, unit.first_row, unit.draft_row(r), unit.starts_inside,
+                                        static_cast<int>(blockIdx.x), unit.part())] =
           unit.rows[r].count;
     }
   }
@@ -259,16 +267,20 @@ __device__ void open_lists(const CandidateLists& lists, const std::int32_t* sele
     if (unit.limit[r] == 0) continue;
     unit.rows[r].ranks =
         lists.ranks + candidate_list_index(lists, first_row, j, starts_inside,
-                                           static_cast<int>(blockIdx.x)) * kListCapacity;
+                                           static_cast<int>(blockIdx.x), unit.part()) *
+                          kListCapacity;
   }
 }
 
 // Offers one page's logits ([kRows][64] in shared memory, key positions
 // first_position ...) of the warp's rows to their lists, compacting a list
-// that could not take another page.
+// that could not take another page. A page of another part is left to the
+// warp that keeps it.
 template <int kRows>
 __device__ void offer_page(const float* page_logits, std::int64_t first_position, int k,
                            int keep_limit, int* histogram, UnitLists<kRows>& unit) {
+  constexpr int kParts = UnitLists<kRows>::kParts;
+  if (kParts > 1 && (first_position / kPageTokens) % kParts != unit.part()) return;
   const int lane = static_cast<int>(threadIdx.x) & 31;
 #pragma unroll
   for (int r = 0; r < UnitLists<kRows>::kMine; ++r) {

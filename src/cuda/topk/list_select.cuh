@@ -15,9 +15,10 @@
 
 namespace dsa::detail::cuda::topk_impl {
 
-// The ranks of one row's lists: the row's own list, then the lists of the
-// workers whose range starts inside the row's unit (schedule entries (unit,
-// chunk > 0), which lie in [first_worker, end_worker) of a monotone schedule).
+// The ranks of one row's lists: the row's own lists (one per part), then
+// those of the workers whose range starts inside the row's unit (schedule
+// entries (unit, chunk > 0), which lie in [first_worker, end_worker) of a
+// monotone schedule).
 struct ListedRanks {
   const CandidateLists& lists;
   const std::int32_t* schedule;
@@ -30,10 +31,15 @@ struct ListedRanks {
   // g(list index) for each of the row's lists.
   template <typename G>
   __device__ void for_each_list(G&& g) const {
-    g(row);
+    for (int part = 0; part < lists.parts; ++part) {
+      g(candidate_list_index(lists, row - draft, draft, false, 0, part));
+    }
     for (int w = first_worker; w < end_worker; ++w) {
       const WorkItem start = schedule_entry(schedule, w);
-      if (start.unit == unit && start.chunk > 0) g(candidate_list_index(lists, row - draft, draft, true, w));
+      if (start.unit != unit || start.chunk == 0) continue;
+      for (int part = 0; part < lists.parts; ++part) {
+        g(candidate_list_index(lists, row - draft, draft, true, w, part));
+      }
     }
   }
 
