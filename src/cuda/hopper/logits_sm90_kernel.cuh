@@ -59,19 +59,24 @@ inline constexpr int kProducerWarps = 3;
 inline constexpr int kFillThreads = kWarpgroupThreads - 32 * kProducerWarps;
 // setmaxnreg budgets. A CTA of T threads is launched with 64K / T registers
 // per thread (rounded down to 8), and setmaxnreg.inc draws only on what the
-// CTA's own warps gave back with setmaxnreg.dec: a consumer limit above that
-// share waits forever. Both kernels launch 640 threads (96 registers each);
-// the producers keep 56 and the selectors 88, and the consumers get the
-// rest: 104 each of four, 112 each of three beside the selectors.
+// CTA's own warps gave back with setmaxnreg.dec: a limit above that share
+// waits forever. Both kernels launch 640 threads (96 registers each); the
+// producers keep 56, the selectors take 112 (their lists' state and the
+// compactions' loads in flight), and the consumers get the rest: 104 each,
+// of four or of three beside the selectors.
 inline constexpr int kProducerRegisters = 56;
-inline constexpr int kSelectorRegisters = 88;
+inline constexpr int kSelectorRegisters = 112;
+constexpr int launch_registers(int warpgroups) {
+  return 64 * 1024 / (kWarpgroupThreads * warpgroups) / 8 * 8;
+}
 constexpr int consumer_registers(int consumers, bool selectors) {
   const int warpgroups = 1 + consumers + (selectors ? 1 : 0);
-  const int launch_registers = 64 * 1024 / (kWarpgroupThreads * warpgroups) / 8 * 8;
   const int kept = kProducerRegisters + (selectors ? kSelectorRegisters : 0);
-  return (launch_registers * warpgroups - kept) / consumers / 8 * 8;
+  return (launch_registers(warpgroups) * warpgroups - kept) / consumers / 8 * 8;
 }
-static_assert(consumer_registers(4, false) == 104 && consumer_registers(3, true) == 112);
+static_assert(consumer_registers(4, false) == 104 && consumer_registers(3, true) == 104);
+// The selection kernel's five warpgroups launch with fewer: the selectors raise theirs.
+static_assert(kSelectorRegisters > launch_registers(5));
 inline constexpr int kMaxSharedBytes = 227 * 1024;
 inline constexpr int kMaxStages = 32;
 // Every thread that touched shared data arrives on the barrier that hands it
@@ -821,7 +826,7 @@ __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThread
     ptx::raise_register_limit<consumer_registers(Layout::kConsumers, kSelect)>();
     consume<kRows, kHeads, kPassColumns, kSelect>(p, smem, warpgroup - 1);
   } else if constexpr (kSelect) {
-    ptx::lower_register_limit<kSelectorRegisters>();
+    ptx::raise_register_limit<kSelectorRegisters>();
     const int selector = (static_cast<int>(threadIdx.x) / 32) % kSelectorWarps;
     if (selector < active_selectors(kRows)) select_pages<kRows, kHeads>(p, smem, selector);
   }
