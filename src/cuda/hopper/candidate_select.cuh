@@ -38,7 +38,7 @@ constexpr int rows_per_selector(int rows) { return (rows + kSelectorWarps - 1) /
 // Ranks each lane loads before using any of them (latency of L2 hits).
 inline constexpr int kSelectLoadsAhead = 16;
 
-__device__ __forceinline__ Rank warp_max(Rank value) {
+__device__ __forceinline__ std::uint32_t warp_max(std::uint32_t value) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
     value = max(value, __shfl_xor_sync(0xffffffffu, value, offset));
@@ -46,7 +46,7 @@ __device__ __forceinline__ Rank warp_max(Rank value) {
   return value;
 }
 
-__device__ __forceinline__ Rank warp_min(Rank value) {
+__device__ __forceinline__ std::uint32_t warp_min(std::uint32_t value) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
     value = min(value, __shfl_xor_sync(0xffffffffu, value, offset));
@@ -60,6 +60,11 @@ struct OpenList {
   int count = 0;
   Rank floor = 0;
   float floor_value = -INFINITY;  // the float of the floor's key
+  // Bounds on the keys this lane appended (each lane its own), so that a
+  // compaction need not read the list to find its range: lowest_key falls
+  // back to the floor's at each compaction, highest_key is kept.
+  std::uint32_t lowest_key = ~0u;
+  std::uint32_t highest_key = 0;
 };
 
 // The list's ranks base + 32 u + lane, u < kSelectLoadsAhead (0 past its end),
@@ -72,26 +77,6 @@ __device__ __forceinline__ void load_batch(const OpenList& list, int base,
     const int i = base + 32 * u + lane;
     batch[u] = i < list.count ? list.ranks[i] : Rank{0};
   }
-}
-
-// The smallest and largest rank of the list (warp-wide).
-__device__ inline void list_extremes(const OpenList& list, Rank* lowest, Rank* highest) {
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  Rank low = ~Rank{0};
-  Rank high = 0;
-  for (int base = 0; base < list.count; base += 32 * kSelectLoadsAhead) {
-    Rank batch[kSelectLoadsAhead];
-    load_batch(list, base, batch);
-#pragma unroll
-    for (int u = 0; u < kSelectLoadsAhead; ++u) {
-      if (base + 32 * u + lane < list.count) {
-        low = min(low, batch[u]);
-        high = max(high, batch[u]);
-      }
-    }
-  }
-  *lowest = warp_min(low);
-  *highest = warp_max(high);
 }
 
 // The smallest rank `floor` such that at least k and at most keep_limit of
@@ -180,6 +165,7 @@ __device__ inline void drop_below(OpenList& list, Rank floor) {
   }
   list.count = kept;
   list.floor = floor;
+  list.lowest_key = topk_impl::key_of(floor);
   list.floor_value = topk_impl::float_of_key(topk_impl::key_of(floor));
 }
 
@@ -211,8 +197,16 @@ __device__ __forceinline__ void offer(OpenList& list, float2 values, std::int64_
   const unsigned second = __ballot_sync(0xffffffffu, take_second);
   if ((first | second) == 0) return;
   const int second_base = list.count + __popc(first);
-  if (take_first) list.ranks[list.count + __popc(first & lanes_below())] = first_rank;
-  if (take_second) list.ranks[second_base + __popc(second & lanes_below())] = second_rank;
+  if (take_first) {
+    list.ranks[list.count + __popc(first & lanes_below())] = first_rank;
+    list.lowest_key = min(list.lowest_key, topk_impl::key_of(first_rank));
+    list.highest_key = max(list.highest_key, topk_impl::key_of(first_rank));
+  }
+  if (take_second) {
+    list.ranks[second_base + __popc(second & lanes_below())] = second_rank;
+    list.lowest_key = min(list.lowest_key, topk_impl::key_of(second_rank));
+    list.highest_key = max(list.highest_key, topk_impl::key_of(second_rank));
+  }
   list.count = second_base + __popc(second);
 }
 
@@ -291,9 +285,8 @@ __device__ void offer_page(const float* page_logits, std::int64_t first_position
     offer(list, row_logits[lane], first_position + 2 * lane, unit.limit[r]);
     if (list.count > kListCapacity - kPageTokens) {  // room for the next page's positions
       __syncwarp();  // the appended ranks are visible to every lane
-      Rank lo = 0;
-      Rank hi = 0;
-      list_extremes(list, &lo, &hi);
+      const Rank lo = topk_impl::rank_of(warp_min(list.lowest_key), 0xffffffffu);
+      const Rank hi = topk_impl::rank_of(warp_max(list.highest_key), 0u);
       drop_below(list, narrow_floor(list, lo, hi, k, keep_limit, histogram));
     }
   }
