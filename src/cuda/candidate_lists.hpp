@@ -13,8 +13,8 @@
 //
 // Each of those is `parts` lists: a unit of fewer rows than the fused kernel
 // has selector warps (kListWriters) would leave some idle, so the warps
-// split each row's pages instead, part p taking the pages whose index within
-// the row is p modulo parts, each part with its own list.
+// split each row's pages instead, each part with its own list (which part
+// keeps which page is the selectors' choice: any split gives the same union).
 #pragma once
 
 #include <cstddef>

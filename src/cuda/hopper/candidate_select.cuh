@@ -37,6 +37,16 @@ constexpr int active_selectors(int rows) {
 constexpr int rows_per_selector(int rows) { return (rows + kSelectorWarps - 1) / kSelectorWarps; }
 // Ranks each lane loads before using any of them (latency of L2 hits).
 inline constexpr int kSelectLoadsAhead = 16;
+// Pages a selector offers together when consecutive stages hold consecutive
+// pages of one unit (select_pages): one chain of dependent steps for both.
+inline constexpr int kPagesPerOffer = 2;
+// The part (candidate_lists.hpp) that keeps the page of index page_index
+// within its row: pairs of pages go to one part, so that they can be offered
+// together.
+template <int kParts>
+__device__ __forceinline__ int part_of_page(std::int64_t page_index) {
+  return static_cast<int>(static_cast<std::uint32_t>(page_index) / kPagesPerOffer % kParts);
+}
 
 __device__ __forceinline__ std::uint32_t warp_max(std::uint32_t value) {
 #pragma unroll
@@ -184,30 +194,40 @@ __device__ __forceinline__ bool reaches_floor(const OpenList& list, float value,
   return (position < limit) & ((value > list.floor_value) | (same_key & (*rank >= list.floor)));
 }
 
-// Appends those of a page's 64 positions (two adjacent ones per lane) that
-// reach the list's floor. Both halves are decided before either is stored, so
-// the warp runs one chain of dependent steps per page, not two.
-__device__ __forceinline__ void offer(OpenList& list, float2 values, std::int64_t position,
-                                      std::int64_t limit) {
-  Rank first_rank = 0;
-  Rank second_rank = 0;
-  const bool take_first = reaches_floor(list, values.x, position, limit, &first_rank);
-  const bool take_second = reaches_floor(list, values.y, position + 1, limit, &second_rank);
-  const unsigned first = __ballot_sync(0xffffffffu, take_first);
-  const unsigned second = __ballot_sync(0xffffffffu, take_second);
-  if ((first | second) == 0) return;
-  const int second_base = list.count + __popc(first);
-  if (take_first) {
-    list.ranks[list.count + __popc(first & lanes_below())] = first_rank;
-    list.lowest_key = min(list.lowest_key, topk_impl::key_of(first_rank));
-    list.highest_key = max(list.highest_key, topk_impl::key_of(first_rank));
+// Appends those of kPages pages' 64 positions each (two adjacent ones per
+// lane; page i starts at positions[i] - 2 lane) that reach the list's floor.
+// Every position is decided before any is stored, so the warp runs one chain
+// of dependent steps for all of them, not one per position.
+template <int kPages>
+__device__ __forceinline__ void offer(OpenList& list, const float2 (&values)[kPages],
+                                      const std::int64_t (&positions)[kPages], std::int64_t limit) {
+  constexpr int kOffers = 2 * kPages;
+  Rank ranks[kOffers];
+  bool take[kOffers];
+  unsigned taking[kOffers];
+  unsigned anyone = 0;
+#pragma unroll
+  for (int i = 0; i < kPages; ++i) {
+    take[2 * i] = reaches_floor(list, values[i].x, positions[i], limit, &ranks[2 * i]);
+    take[2 * i + 1] = reaches_floor(list, values[i].y, positions[i] + 1, limit, &ranks[2 * i + 1]);
   }
-  if (take_second) {
-    list.ranks[second_base + __popc(second & lanes_below())] = second_rank;
-    list.lowest_key = min(list.lowest_key, topk_impl::key_of(second_rank));
-    list.highest_key = max(list.highest_key, topk_impl::key_of(second_rank));
+#pragma unroll
+  for (int v = 0; v < kOffers; ++v) {
+    taking[v] = __ballot_sync(0xffffffffu, take[v]);
+    anyone |= taking[v];
   }
-  list.count = second_base + __popc(second);
+  if (anyone == 0) return;
+  int base = list.count;
+#pragma unroll
+  for (int v = 0; v < kOffers; ++v) {
+    if (take[v]) {
+      list.ranks[base + __popc(taking[v] & lanes_below())] = ranks[v];
+      list.lowest_key = min(list.lowest_key, topk_impl::key_of(ranks[v]));
+      list.highest_key = max(list.highest_key, topk_impl::key_of(ranks[v]));
+    }
+    base += __popc(taking[v]);
+  }
+  list.count = base;
 }
 
 // One selector warp's view of its rows of one unit: rows[r] is draft row
@@ -266,24 +286,29 @@ __device__ void open_lists(const CandidateLists& lists, const std::int32_t* sele
   }
 }
 
-// Offers one page's logits ([kRows][64] in shared memory, key positions
-// first_position ...) of the warp's rows to their lists, compacting a list
-// that could not take another page. A page of another part is left to the
-// warp that keeps it.
-template <int kRows>
-__device__ void offer_page(const float* page_logits, std::int64_t first_position, int k,
-                           int keep_limit, int* histogram, UnitLists<kRows>& unit) {
+// Offers kPages consecutive pages' logits ([kRows][64] each in shared
+// memory, key positions first_position ...) of the warp's rows to their
+// lists, compacting a list that could not take two more pages. Pages of
+// another part are left to the warp that keeps them.
+template <int kRows, int kPages>
+__device__ void offer_pages(const float* const (&page_logits)[kPages], std::int64_t first_position,
+                            int k, int keep_limit, int* histogram, UnitLists<kRows>& unit) {
   constexpr int kParts = UnitLists<kRows>::kParts;
-  if (kParts > 1 && (first_position / kPageTokens) % kParts != unit.part()) return;
+  if (kParts > 1 && part_of_page<kParts>(first_position / kPageTokens) != unit.part()) return;
   const int lane = static_cast<int>(threadIdx.x) & 31;
 #pragma unroll
   for (int r = 0; r < UnitLists<kRows>::kMine; ++r) {
     OpenList& list = unit.rows[r];
     if (first_position >= unit.limit[r]) continue;  // also every row past kRows
-    const auto* row_logits =
-        reinterpret_cast<const float2*>(page_logits + unit.draft_row(r) * kPageTokens);
-    offer(list, row_logits[lane], first_position + 2 * lane, unit.limit[r]);
-    if (list.count > kListCapacity - kPageTokens) {  // room for the next page's positions
+    float2 values[kPages];
+    std::int64_t positions[kPages];
+#pragma unroll
+    for (int i = 0; i < kPages; ++i) {
+      values[i] = reinterpret_cast<const float2*>(page_logits[i] + unit.draft_row(r) * kPageTokens)[lane];
+      positions[i] = first_position + i * kPageTokens + 2 * lane;
+    }
+    offer(list, values, positions, unit.limit[r]);
+    if (list.count > kListCapacity - kPagesPerOffer * kPageTokens) {  // room for the next offer
       __syncwarp();  // the appended ranks are visible to every lane
       const Rank lo = topk_impl::rank_of(warp_min(list.lowest_key), 0xffffffffu);
       const Rank hi = topk_impl::rank_of(warp_max(list.highest_key), 0u);
