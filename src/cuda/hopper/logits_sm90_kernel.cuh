@@ -22,8 +22,9 @@
 // The selection kernel (kSelect, the fused index_topk) is the same machine
 // with a different end: the consumers leave each page's logits in shared
 // memory, and a warpgroup of selector warps (candidate_select.cuh), one per
-// draft row (modulo four), turns them into candidate lists; a stage returns
-// to the producers once the selectors have read it too.
+// draft row (modulo four; with fewer rows than warps, the warps split each
+// row's pages), turns them into candidate lists; a stage returns to the
+// producers once the selectors have read it too.
 #pragma once
 
 #include <cuda.h>
