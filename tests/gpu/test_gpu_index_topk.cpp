@@ -234,6 +234,12 @@ std::vector<FusedCase> fused_cases() {
     c->workers = 1;
     c->first_request_scale = 1000.0f;
   }
+  {
+    // Six draft rows: two selector warps keep two lists each, and long
+    // ranges over four workers fill and compact both of them.
+    FusedCase* c = add("n6_two_lists_per_selector", 2, 6, {40000, 30000});
+    c->workers = 4;
+  }
   return cases;
 }
 
