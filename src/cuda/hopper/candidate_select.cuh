@@ -176,7 +176,7 @@ __device__ inline void drop_below(OpenList& list, Rank floor) {
   list.count = kept;
   list.floor = floor;
   list.lowest_key = topk_impl::key_of(floor);
-  list.floor_value = topk_impl::float_of_key(topk_impl::key_of(floor));
+  list.floor_value = topk_impl::float_of_key(list.lowest_key);
 }
 
 // Whether the value at `position` (valid below `limit`) reaches the list's

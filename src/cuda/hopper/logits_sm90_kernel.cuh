@@ -784,6 +784,8 @@ __device__ __forceinline__ void select_pages(const LogitsKernelParams& p, unsign
     const bool pair = next.kind != kStageEnd && next.first_row == stage.first_row &&
                       next.first_position == stage.first_position + kPageTokens &&
                       stage.first_position / kPageTokens % kPagesPerOffer == 0;
+    // Each arm releases its own stages and moves on: with a tail shared by
+    // both, the n5-n8 kernels spill 8 bytes.
     if (pair) {
       const float* const pages[2] = {logits_of(sequence), logits_of(sequence + 1)};
       offer_pages(pages, stage.first_position, p.select_k, p.keep_limit, histogram, unit);
