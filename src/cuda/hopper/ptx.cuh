@@ -270,73 +270,66 @@ __device__ __forceinline__ void wgmma_wait() {
 template <int N>
 struct WgmmaE4m3;
 
-template <>
-struct WgmmaE4m3<32> {
-  static __device__ __forceinline__ void mma(float (&d)[16], std::uint64_t desc_a, std::uint64_t desc_b, bool accumulate) {
+// Inline PTX names its operands by number only, so a product's N / 2
+// accumulators are spelled out: operands %0 .. %(N / 2 - 1) bound to d[0 ..],
+// in blocks of 16 (DSA_WGMMA_ACC_n: the first n blocks), then the two
+// descriptors and the accumulate flag.
+#define DSA_WGMMA_ACC_1 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, " \
+  "%8, %9, %10, %11, %12, %13, %14, %15"
+#define DSA_WGMMA_ACC_2 \
+  DSA_WGMMA_ACC_1 ", %16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31"
+#define DSA_WGMMA_ACC_3 \
+  DSA_WGMMA_ACC_2 ", %32, %33, %34, %35, %36, %37, %38, %39, " \
+  "%40, %41, %42, %43, %44, %45, %46, %47"
+#define DSA_WGMMA_ACC_4 \
+  DSA_WGMMA_ACC_3 ", %48, %49, %50, %51, %52, %53, %54, %55, " \
+  "%56, %57, %58, %59, %60, %61, %62, %63"
+#define DSA_WGMMA_BIND8(i)                                                                        \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]),     \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+#define DSA_WGMMA_BIND_1 DSA_WGMMA_BIND8(0), DSA_WGMMA_BIND8(8)
+#define DSA_WGMMA_BIND_2 DSA_WGMMA_BIND_1, DSA_WGMMA_BIND8(16), DSA_WGMMA_BIND8(24)
+#define DSA_WGMMA_BIND_3 DSA_WGMMA_BIND_2, DSA_WGMMA_BIND8(32), DSA_WGMMA_BIND8(40)
+#define DSA_WGMMA_BIND_4 DSA_WGMMA_BIND_3, DSA_WGMMA_BIND8(48), DSA_WGMMA_BIND8(56)
 #if DSA_SM90A_ENABLED
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "setp.ne.b32 p, %18, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15},"
-        " %16, %17, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+#define DSA_WGMMA_E4M3_BODY(N, ACC, A, B, FLAG, ...)                                              \
+  asm volatile("{\n.reg .pred p;\n"                                                               \
+               "setp.ne.b32 p, " FLAG ", 0;\n"                                                    \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 "                        \
+               "{" ACC "}, " A ", " B ", p, 1, 1;\n}\n"                                           \
+               : __VA_ARGS__                                                                      \
+               : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 #else
-    (void)d; (void)desc_a; (void)desc_b; (void)accumulate;
+#define DSA_WGMMA_E4M3_BODY(N, ACC, A, B, FLAG, ...)                                              \
+  (void)d;                                                                                        \
+  (void)desc_a;                                                                                   \
+  (void)desc_b;                                                                                   \
+  (void)accumulate;
 #endif
-  }
-};
+#define DSA_WGMMA_E4M3(N, ACC, A, B, FLAG, ...)                                                   \
+  template <>                                                                                     \
+  struct WgmmaE4m3<N> {                                                                           \
+    static __device__ __forceinline__ void mma(float (&d)[N / 2], std::uint64_t desc_a,           \
+                                               std::uint64_t desc_b, bool accumulate) {           \
+      DSA_WGMMA_E4M3_BODY(N, ACC, A, B, FLAG, __VA_ARGS__)                                        \
+    }                                                                                             \
+  };
 
-template <>
-struct WgmmaE4m3<64> {
-  static __device__ __forceinline__ void mma(float (&d)[32], std::uint64_t desc_a, std::uint64_t desc_b, bool accumulate) {
-#if DSA_SM90A_ENABLED
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "setp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-        " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
-        " %32, %33, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-#else
-    (void)d; (void)desc_a; (void)desc_b; (void)accumulate;
-#endif
-  }
-};
-
-template <>
-struct WgmmaE4m3<128> {
-  static __device__ __forceinline__ void mma(float (&d)[64], std::uint64_t desc_a, std::uint64_t desc_b, bool accumulate) {
-#if DSA_SM90A_ENABLED
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "setp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-        " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-        " %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
-        " %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},"
-        " %64, %65, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
-#else
-    (void)d; (void)desc_a; (void)desc_b; (void)accumulate;
-#endif
-  }
-};
+DSA_WGMMA_E4M3(32, DSA_WGMMA_ACC_1, "%16", "%17", "%18", DSA_WGMMA_BIND_1)
+DSA_WGMMA_E4M3(64, DSA_WGMMA_ACC_2, "%32", "%33", "%34", DSA_WGMMA_BIND_2)
+DSA_WGMMA_E4M3(128, DSA_WGMMA_ACC_4, "%64", "%65", "%66", DSA_WGMMA_BIND_4)
+#undef DSA_WGMMA_E4M3
+#undef DSA_WGMMA_E4M3_BODY
+#undef DSA_WGMMA_ACC_1
+#undef DSA_WGMMA_ACC_2
+#undef DSA_WGMMA_ACC_3
+#undef DSA_WGMMA_ACC_4
+#undef DSA_WGMMA_BIND8
+#undef DSA_WGMMA_BIND_1
+#undef DSA_WGMMA_BIND_2
+#undef DSA_WGMMA_BIND_3
+#undef DSA_WGMMA_BIND_4
 
 }  // namespace dsa::detail::cuda::hopper::ptx
