@@ -43,26 +43,25 @@ DSA_HD float e4m3_to_float(std::uint8_t v) {
 }
 
 // Saturating conversion: magnitudes >= 448 become 448, NaN stays NaN.
+// Worked on the bits: of a normal result, rounding the float's mantissa to
+// its top 3 bits (a carry moves into the exponent, as it should) and
+// rebiasing the exponent from 127 to 7 give the code.
 DSA_HD std::uint8_t float_to_e4m3(float x) {
-  const std::uint8_t sign = static_cast<std::uint8_t>((float_bits(x) >> 24) & 0x80u);
-  if (x != x) return static_cast<std::uint8_t>(sign | 0x7F);
-  const float a = fabsf(x);
-  if (a >= 448.0f) return static_cast<std::uint8_t>(sign | 0x7E);
-  if (a < 0x1p-6f) {
-    // Subnormal range: multiples of 2^-9; rounding up to 8 gives the smallest
-    // normal, whose encoding is exactly 8.
-    const int m = static_cast<int>(rintf(a * 512.0f));
-    return static_cast<std::uint8_t>(sign | m);
+  const std::uint32_t bits = float_bits(x);
+  const auto sign = static_cast<std::uint8_t>((bits >> 24) & 0x80u);
+  const std::uint32_t magnitude = bits & 0x7FFFFFFFu;
+  if (magnitude > 0x7F800000u) return static_cast<std::uint8_t>(sign | 0x7F);  // NaN
+  if (magnitude >= 0x43E00000u) return static_cast<std::uint8_t>(sign | 0x7E);  // >= 448, infinity too
+  if (magnitude < 0x3C800000u) {
+    // Below 2^-6, the subnormal range: multiples of 2^-9. Adding 2^23 to
+    // |x| * 512 (exact) rounds it to an integer, which the sum's low
+    // mantissa bits then hold; rounding up to 8 gives the smallest normal,
+    // whose encoding is exactly 8.
+    const float shifted = bits_float(magnitude) * 512.0f + 0x1p23f;
+    return static_cast<std::uint8_t>(sign | (float_bits(shifted) - 0x4B000000u));
   }
-  int e;
-  const float fraction = frexpf(a, &e);  // a = fraction * 2^e, fraction in [0.5, 1)
-  e -= 1;                                // a = (2 * fraction) * 2^e, 2 * fraction in [1, 2)
-  int m = static_cast<int>(rintf((fraction * 2.0f - 1.0f) * 8.0f));
-  if (m == 8) {
-    m = 0;
-    e += 1;
-  }
-  return static_cast<std::uint8_t>(sign | ((e + 7) << 3) | m);
+  const std::uint32_t rounded = magnitude + 0x7FFFFu + ((magnitude >> 20) & 1u);
+  return static_cast<std::uint8_t>(sign | ((rounded >> 20) - ((127u - 7u) << 3)));
 }
 
 DSA_HD float bf16_to_float(std::uint16_t v) { return bits_float(static_cast<std::uint32_t>(v) << 16); }
