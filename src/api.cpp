@@ -135,9 +135,10 @@ Status run_cuda(const char* op, const ExecContext& ctx, std::size_t required_wor
 }
 
 // `automatic` stages the logits and selects from them on every backend: the
-// CPU's fused pass, which scores row by row, measured slower than scoring all
-// rows of a request together and selecting afterwards (36 against 32 ms in the
-// tool's default CPU run); the Hopper one is not faster than the pair yet
+// CPU's fused pass, which decodes each row's keys on its own, is no faster
+// than scoring all rows of a request together and selecting afterwards (on
+// two cores, B = 4 at 4K next_n 2: 4.3 ms both; B = 8 at 16K next_n 4: 58.9
+// against 56.2 ms); the Hopper one is not faster than the pair yet
 // (docs/performance.md).
 bool fused_strategy(IndexTopkStrategy strategy) { return strategy == IndexTopkStrategy::fused; }
 

@@ -13,7 +13,8 @@ enum class Backend {
   // multithreaded CPU backend when they live in host memory.
   automatic,
   cpu_reference,  // straightforward single-threaded loops; the semantic reference
-  cpu,            // multithreaded CPU path
+  cpu,            // multithreaded CPU path: keys scored in SIMD blocks, with fused
+                  // multiply-adds where the processor has them
   cuda_generic,   // CUDA kernels that run on any GPU the toolkit supports
   cuda_hopper,    // sm_90a kernels (wgmma, bulk copies); CUDA only on compute capability 9.0
 };

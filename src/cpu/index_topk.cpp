@@ -43,7 +43,7 @@ Status index_topk(const IndexTopkProblem& p, bool parallel, const ExecContext& c
     compute_logits(scoring, parallel, ctx);
   }
   const Scorer scorer(scoring);
-  const ScoreMode mode = parallel                   ? ScoreMode::transposed
+  const ScoreMode mode = parallel                   ? ScoreMode::blocked
                          : ctx.reference_float64 ? ScoreMode::plain_float64
                                                  : ScoreMode::plain_float;
   std::vector<RowScratch> scratch(static_cast<std::size_t>(parallel ? thread_count(ctx) : 1));

@@ -8,9 +8,17 @@
 #include <cstdint>
 #include <vector>
 
+#include "cpu/score_block.hpp"
 #include "problem.hpp"
 
 namespace dsa::detail::cpu {
+
+// Up to kBlockKeys consecutive keys of one request, dequantized and
+// transposed [head_dim][kBlockKeys], with their scales.
+struct KeyBlock {
+  std::vector<float> keys;
+  std::array<float, kBlockKeys> scales{};
+};
 
 // Dequantizes the fp8 queries and paged keys of one scoring problem and
 // evaluates logit = sum_h w[h] * max(0, scale * sum_d q[h, d] * key[d]).
@@ -40,27 +48,21 @@ class Scorer {
     return logit;
   }
 
-  // Writes row (b, j)'s queries transposed, [D][H], for score_transposed.
-  void decode_query_transposed(std::int64_t b, std::int64_t j, float* out) const;
+  // Decodes positions [first, first + count) of request b, count <= kBlockKeys,
+  // into `block` for score_block; the lanes past count get zero keys and scales.
+  void decode_key_block(std::int64_t b, std::int64_t first, int count, KeyBlock* block) const;
 
-  // score<float> with the heads' dot products advanced together (d outer),
-  // which vectorizes across heads. Every dot product still adds its terms in
-  // ascending d, so the result is bitwise that of score<float>.
-  float score_transposed(const float* query_t, const float* weights, const float* key, float scale,
-                         float* dots) const {
-    const std::int64_t heads = p_.heads;
-    for (std::int64_t h = 0; h < heads; ++h) dots[h] = 0.0f;
-    for (int d = 0; d < p_.head_dim; ++d) {
-      const float k = key[d];
-      const float* q = query_t + d * heads;
-      for (std::int64_t h = 0; h < heads; ++h) dots[h] += q[h] * k;
-    }
-    float logit = 0.0f;
-    for (std::int64_t h = 0; h < heads; ++h) logit += weights[h] * relu(scale * dots[h]);
-    return logit;
+  // One row's logits for the block's kBlockKeys positions (query as written by
+  // decode_query): score_key_block's fixed-order, multiply-add arithmetic.
+  void score_block(const float* query, const float* weights, const KeyBlock& block, float* out) const {
+    score_key_block(static_cast<int>(p_.heads), p_.head_dim, query, weights, block.keys.data(), block.scales.data(),
+                    out);
   }
 
  private:
+  // The fp8 bytes of request b's key at `position`; its scale into *scale.
+  const std::uint8_t* key_bytes(std::int64_t b, std::int64_t position, float* scale) const;
+
   template <typename T>
   static T relu(T x) {
     return x > 0 ? x : T{0};
@@ -71,16 +73,16 @@ class Scorer {
 };
 
 // How score_row accumulates: the plain loops (float or float64) of the
-// reference, or score_transposed (bitwise equal to plain float).
-enum class ScoreMode { plain_float, plain_float64, transposed };
+// reference, or score_block (the threaded path's arithmetic).
+enum class ScoreMode { plain_float, plain_float64, blocked };
 
 struct RowScoreScratch {
   std::vector<float> query;
   std::vector<float> key;
-  std::vector<float> dots;
+  KeyBlock block;
 };
 
-// Scores positions [0, length) of row (b, j) into out[0, length), one key at a time.
+// Scores positions [0, length) of row (b, j) into out[0, length).
 void score_row(const Scorer& scorer, std::int64_t b, std::int64_t j, std::int64_t length,
                ScoreMode mode, RowScoreScratch* scratch, float* out);
 

@@ -23,19 +23,32 @@ void Scorer::decode_query(std::int64_t b, std::int64_t j, float* out) const {
   }
 }
 
-float Scorer::decode_key(std::int64_t b, std::int64_t position, float* out) const {
+const std::uint8_t* Scorer::key_bytes(std::int64_t b, std::int64_t position, float* scale) const {
   const std::int32_t page_index = p_.block_table[b * p_.block_table_stride + position / kPageTokens];
   std::uint8_t* page = cache_page(p_.cache, page_index);
   const int row = static_cast<int>(position % kPageTokens);
-  const std::uint8_t* key = page_keys(page, p_.head_dim, row);
-  for (int d = 0; d < p_.head_dim; ++d) out[d] = e4m3_values_[key[d]];
-  return page_scales(page, p_.head_dim)[row];
+  *scale = page_scales(page, p_.head_dim)[row];
+  return page_keys(page, p_.head_dim, row);
 }
 
-void Scorer::decode_query_transposed(std::int64_t b, std::int64_t j, float* out) const {
-  for (std::int64_t h = 0; h < p_.heads; ++h) {
-    const std::uint8_t* q = p_.q + b * p_.q_stride_b + j * p_.q_stride_n + h * p_.q_stride_h;
-    for (int d = 0; d < p_.head_dim; ++d) out[d * p_.heads + h] = e4m3_values_[q[d]];
+float Scorer::decode_key(std::int64_t b, std::int64_t position, float* out) const {
+  float scale = 0.0f;
+  const std::uint8_t* key = key_bytes(b, position, &scale);
+  for (int d = 0; d < p_.head_dim; ++d) out[d] = e4m3_values_[key[d]];
+  return scale;
+}
+
+void Scorer::decode_key_block(std::int64_t b, std::int64_t first, int count, KeyBlock* block) const {
+  block->keys.resize(static_cast<std::size_t>(p_.head_dim) * kBlockKeys);
+  float* keys = block->keys.data();
+  for (int i = 0; i < kBlockKeys; ++i) {
+    if (i >= count) {  // padding lane
+      for (int d = 0; d < p_.head_dim; ++d) keys[d * kBlockKeys + i] = 0.0f;
+      block->scales[static_cast<std::size_t>(i)] = 0.0f;
+      continue;
+    }
+    const std::uint8_t* key = key_bytes(b, first + i, &block->scales[static_cast<std::size_t>(i)]);
+    for (int d = 0; d < p_.head_dim; ++d) keys[d * kBlockKeys + i] = e4m3_values_[key[d]];
   }
 }
 
@@ -43,29 +56,26 @@ void score_row(const Scorer& scorer, std::int64_t b, std::int64_t j, std::int64_
                RowScoreScratch* scratch, float* out) {
   const LogitsProblem& p = scorer.problem();
   scratch->query.resize(static_cast<std::size_t>(scorer.query_floats()));
-  scratch->key.resize(static_cast<std::size_t>(p.head_dim));
-  scratch->dots.resize(static_cast<std::size_t>(p.heads));
   float* query = scratch->query.data();
-  float* key = scratch->key.data();
-  if (mode == ScoreMode::transposed) {
-    scorer.decode_query_transposed(b, j, query);
-  } else {
-    scorer.decode_query(b, j, query);
-  }
+  scorer.decode_query(b, j, query);
   const float* weights = scorer.weights_row(b * p.next_n + j);
+  if (mode == ScoreMode::blocked) {
+    float values[kBlockKeys];
+    for (std::int64_t first = 0; first < length; first += kBlockKeys) {
+      const int count = static_cast<int>(std::min<std::int64_t>(kBlockKeys, length - first));
+      scorer.decode_key_block(b, first, count, &scratch->block);
+      scorer.score_block(query, weights, scratch->block, values);
+      std::copy(values, values + count, out + first);
+    }
+    return;
+  }
+  scratch->key.resize(static_cast<std::size_t>(p.head_dim));
+  float* key = scratch->key.data();
   for (std::int64_t position = 0; position < length; ++position) {
     const float scale = scorer.decode_key(b, position, key);
-    switch (mode) {
-      case ScoreMode::plain_float:
-        out[position] = scorer.score<float>(query, weights, key, scale);
-        break;
-      case ScoreMode::plain_float64:
-        out[position] = static_cast<float>(scorer.score<double>(query, weights, key, scale));
-        break;
-      case ScoreMode::transposed:
-        out[position] = scorer.score_transposed(query, weights, key, scale, scratch->dots.data());
-        break;
-    }
+    out[position] = mode == ScoreMode::plain_float64
+                        ? static_cast<float>(scorer.score<double>(query, weights, key, scale))
+                        : scorer.score<float>(query, weights, key, scale);
   }
 }
 
@@ -108,13 +118,12 @@ void reference_logits(const LogitsProblem& p, const ExecContext& ctx) {
 
 // Per-thread buffers of the parallel pass.
 struct ItemScratch {
-  std::vector<float> queries;  // the item's rows, transposed [D][H] each
-  std::vector<float> key;
-  std::vector<float> dots;
+  std::vector<float> queries;  // the item's rows, [H][D] each
+  KeyBlock block;
 };
 
 // Scores one schedule item: positions [256 c, 256 c + 256) of a unit's rows,
-// decoding each key once for all rows that need it.
+// decoding each block of keys once for all rows that need it.
 void score_item(const Scorer& scorer, const WorkItem& item, ItemScratch* scratch) {
   const LogitsProblem& p = scorer.problem();
   const bool per_token = p.path == LogitsPath::per_token;
@@ -123,24 +132,26 @@ void score_item(const Scorer& scorer, const WorkItem& item, ItemScratch* scratch
   const std::int64_t rows = per_token ? 1 : p.next_n;
   const std::int64_t query_floats = scorer.query_floats();
   scratch->queries.resize(static_cast<std::size_t>(rows * query_floats));
-  scratch->key.resize(static_cast<std::size_t>(p.head_dim));
-  scratch->dots.resize(static_cast<std::size_t>(p.heads));
   std::int64_t longest = 0;
   for (std::int64_t i = 0; i < rows; ++i) {
-    scorer.decode_query_transposed(b, first_j + i, scratch->queries.data() + i * query_floats);
+    scorer.decode_query(b, first_j + i, scratch->queries.data() + i * query_floats);
     longest = std::max<std::int64_t>(longest, row_length(p.lens, b, first_j + i));
   }
   const std::int64_t begin = item.chunk * kChunkTokens;
   const std::int64_t end = std::min<std::int64_t>(begin + kChunkTokens, longest);
-  for (std::int64_t position = begin; position < end; ++position) {
-    const float scale = scorer.decode_key(b, position, scratch->key.data());
+  float values[kBlockKeys];
+  for (std::int64_t first = begin; first < end; first += kBlockKeys) {
+    scorer.decode_key_block(b, first, static_cast<int>(std::min<std::int64_t>(kBlockKeys, end - first)),
+                            &scratch->block);
     for (std::int64_t i = 0; i < rows; ++i) {
       const std::int64_t j = first_j + i;
-      if (position >= row_length(p.lens, b, j)) continue;
+      const std::int64_t length = row_length(p.lens, b, j);
+      if (first >= length) continue;
       const std::int64_t row = b * p.next_n + j;
-      store_logit(p, row, position,
-                  scorer.score_transposed(scratch->queries.data() + i * query_floats, scorer.weights_row(row),
-                                          scratch->key.data(), scale, scratch->dots.data()));
+      scorer.score_block(scratch->queries.data() + i * query_floats, scorer.weights_row(row), scratch->block,
+                         values);
+      const std::int64_t stored = std::min<std::int64_t>(kBlockKeys, length - first);
+      for (std::int64_t t = 0; t < stored; ++t) store_logit(p, row, first + t, values[t]);
     }
   }
 }

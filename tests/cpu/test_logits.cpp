@@ -132,6 +132,8 @@ std::vector<LogitsCase> logits_cases() {
       .unit_strides_of_extent_one = true;
   add("unit_strides_one_head", WorkloadSpec{.batch = 2, .next_n = 3, .heads = 1})
       .unit_strides_of_extent_one = true;
+  // Heads beyond the threaded path's groups of four, and a head dim under 128.
+  add("seven_heads_d48", WorkloadSpec{.batch = 3, .next_n = 2, .heads = 7, .head_dim = 48});
   return cases;
 }
 
