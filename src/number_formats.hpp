@@ -43,25 +43,30 @@ DSA_HD float e4m3_to_float(std::uint8_t v) {
 }
 
 // Saturating conversion: magnitudes >= 448 become 448, NaN stays NaN.
-// Worked on the bits: of a normal result, rounding the float's mantissa to
-// its top 3 bits (a carry moves into the exponent, as it should) and
-// rebiasing the exponent from 127 to 7 give the code.
+// Integer work on the bits, without branches, so that loops of it
+// vectorize. A normal code (|x| >= 2^-6) is the float's exponent rebiased
+// from 127 to 7, then its top 3 mantissa bits, rounded to nearest even on
+// the whole pattern so that a carry moves into the exponent, as it should.
+// A subnormal code counts steps of 2^-9: the mantissa with its leading 1,
+// shifted right and rounded to nearest even; rounding up to 8 gives the
+// smallest normal, whose code is exactly 8.
 DSA_HD std::uint8_t float_to_e4m3(float x) {
   const std::uint32_t bits = float_bits(x);
-  const auto sign = static_cast<std::uint8_t>((bits >> 24) & 0x80u);
   const std::uint32_t magnitude = bits & 0x7FFFFFFFu;
-  if (magnitude > 0x7F800000u) return static_cast<std::uint8_t>(sign | 0x7F);  // NaN
-  if (magnitude >= 0x43E00000u) return static_cast<std::uint8_t>(sign | 0x7E);  // >= 448, infinity too
-  if (magnitude < 0x3C800000u) {
-    // Below 2^-6, the subnormal range: multiples of 2^-9. Adding 2^23 to
-    // |x| * 512 (exact) rounds it to an integer, which the sum's low
-    // mantissa bits then hold; rounding up to 8 gives the smallest normal,
-    // whose encoding is exactly 8.
-    const float shifted = bits_float(magnitude) * 512.0f + 0x1p23f;
-    return static_cast<std::uint8_t>(sign | (float_bits(shifted) - 0x4B000000u));
-  }
-  const std::uint32_t rounded = magnitude + 0x7FFFFu + ((magnitude >> 20) & 1u);
-  return static_cast<std::uint8_t>(sign | ((rounded >> 20) - ((127u - 7u) << 3)));
+  const std::uint32_t exponent = magnitude >> 23;
+  // Subnormal range: |x| * 2^9 = mantissa * 2^(exponent - 141), exponent <= 120.
+  const std::uint32_t mantissa = exponent == 0 ? magnitude : (magnitude & 0x7FFFFFu) | 0x800000u;
+  // Shifts of 31 and more all give 0; distances outside 1..30 (or wrapped,
+  // above 141, where the subnormal code is not used) shift by 31.
+  const std::uint32_t distance = 141u - (exponent == 0 ? 1u : exponent);
+  const std::uint32_t shift = distance - 1u < 30u ? distance : 31u;
+  const std::uint32_t subnormal =
+      (mantissa + (1u << (shift - 1)) - 1u + ((mantissa >> shift) & 1u)) >> shift;
+  const std::uint32_t normal = ((magnitude + 0x7FFFFu + ((magnitude >> 20) & 1u)) >> 20) - ((127u - 7u) << 3);
+  std::uint32_t code = magnitude < 0x3C800000u ? subnormal : normal;  // below 2^-6
+  code = magnitude >= 0x43E00000u ? 0x7Eu : code;                     // >= 448, infinity too
+  code = magnitude > 0x7F800000u ? 0x7Fu : code;                      // NaN
+  return static_cast<std::uint8_t>(((bits >> 24) & 0x80u) | code);
 }
 
 DSA_HD float bf16_to_float(std::uint16_t v) { return bits_float(static_cast<std::uint32_t>(v) << 16); }
