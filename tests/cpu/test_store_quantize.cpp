@@ -2,6 +2,7 @@
 // bit for bit; plus checks of the reference formats themselves.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -78,6 +79,7 @@ void PrintTo(const StoreCase& c, std::ostream* os) {
 }
 
 class StoreKeysTest : public ::testing::TestWithParam<std::tuple<dsa::Backend, StoreCase>> {};
+class StoreKeysEncodingTest : public ::testing::TestWithParam<dsa::Backend> {};
 
 TEST_P(StoreKeysTest, WritesExactlyTheReferenceBytes) {
   const auto& [backend, c] = GetParam();
@@ -144,6 +146,67 @@ TEST_P(StoreKeysTest, WritesExactlyTheReferenceBytes) {
                            << int{cache[static_cast<std::size_t>(std::max<std::int64_t>(first, 0))]} << " want "
                            << int{expected[static_cast<std::size_t>(std::max<std::int64_t>(first, 0))]};
 }
+
+// Keys whose largest magnitude is 448 are stored with scale 1, so their
+// bytes are the encoding of the values themselves: a sweep of float bit
+// patterns below 448, every midpoint between neighbouring codes with the
+// floats on either side of it, and rows holding NaN, infinity and values
+// past 448.
+TEST_P(StoreKeysEncodingTest, EncodesEveryRangeAsTheReference) {
+  const dsa::ExecContext ctx = cpu_context(GetParam());
+  constexpr int kHeadDim = 256;
+  std::vector<float> values;
+  for (std::uint32_t bits = 0; bits < 0x43E00000u; bits += 997) {
+    float x;
+    std::memcpy(&x, &bits, sizeof x);
+    values.push_back(values.size() % 2 ? -x : x);
+  }
+  for (int code = 0; code < 0x7E; ++code) {
+    const float midpoint = (e4m3_decode(static_cast<std::uint8_t>(code)) +
+                            e4m3_decode(static_cast<std::uint8_t>(code + 1))) / 2.0f;
+    for (const float x : {std::nextafter(midpoint, 0.0f), midpoint, std::nextafter(midpoint, 448.0f)}) {
+      values.push_back(x);
+      values.push_back(-x);
+    }
+  }
+  const int rows_of_values = static_cast<int>((values.size() + kHeadDim - 2) / (kHeadDim - 1));
+  std::vector<float> keys(static_cast<std::size_t>(rows_of_values + 2) * kHeadDim, 0.0f);
+  for (int row = 0; row < rows_of_values; ++row) {
+    keys[static_cast<std::size_t>(row) * kHeadDim] = row % 2 ? -448.0f : 448.0f;
+    for (int d = 1; d < kHeadDim; ++d) {
+      const std::size_t v = static_cast<std::size_t>(row) * (kHeadDim - 1) + static_cast<std::size_t>(d - 1);
+      if (v < values.size()) keys[static_cast<std::size_t>(row) * kHeadDim + d] = values[v];
+    }
+  }
+  float* special = keys.data() + static_cast<std::size_t>(rows_of_values) * kHeadDim;
+  const float specials[] = {448.0f, NAN, -NAN, 447.99f, 464.0f, -1e30f, 1.0f, FLT_TRUE_MIN, -FLT_MIN};
+  std::copy(std::begin(specials), std::end(specials), special);  // amax 1e30 (NaN skipped)
+  const float with_infinity[] = {1.0f, -INFINITY, NAN, 2.0f};
+  std::copy(std::begin(with_infinity), std::end(with_infinity), special + kHeadDim);  // scale infinity
+
+  const int num_tokens = rows_of_values + 2;
+  CacheGeometry geometry{kHeadDim, (num_tokens + 63) / 64, 64 * (kHeadDim + 4)};
+  std::vector<std::int32_t> slots(static_cast<std::size_t>(num_tokens));
+  for (int t = 0; t < num_tokens; ++t) slots[static_cast<std::size_t>(t)] = t;
+  std::vector<std::uint8_t> cache(static_cast<std::size_t>(geometry.bytes()), 0);
+  std::vector<std::uint8_t> expected = cache;
+  for (int t = 0; t < num_tokens; ++t) store_token(keys.data() + t * kHeadDim, t, geometry, false, expected.data());
+  DSA_ASSERT_OK(dsa::store_index_keys(
+      dsa::make_view(keys.data(), dsa::DType::float32, {num_tokens, kHeadDim}),
+      dsa::make_view(slots.data(), dsa::DType::int32, {num_tokens}),
+      dsa::make_view(cache.data(), dsa::DType::uint8, {geometry.num_pages, geometry.page_stride}), {}, ctx));
+  for (int t = 0; t < num_tokens; ++t) {
+    for (int d = 0; d < kHeadDim; ++d) {
+      const std::size_t byte = static_cast<std::size_t>(geometry.key_byte(t) + d);
+      ASSERT_EQ(int{cache[byte]}, int{expected[byte]})
+          << "token " << t << " value " << keys[static_cast<std::size_t>(t) * kHeadDim + d];
+    }
+    ASSERT_EQ(0, std::memcmp(cache.data() + geometry.scale_byte(t), expected.data() + geometry.scale_byte(t), 4))
+        << "scale of token " << t;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, StoreKeysEncodingTest, ::testing::ValuesIn(cpu_backends()), backend_label);
 
 std::vector<StoreCase> store_cases() {
   std::vector<StoreCase> cases;
