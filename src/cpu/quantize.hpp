@@ -1,7 +1,6 @@
 // Per-vector fp8 quantization shared by key storing and query quantization.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 
 #include "dsa/tensor.hpp"
@@ -15,18 +14,9 @@ inline float load_element(const void* base, DType dtype, std::int64_t index) {
 }
 
 // Quantizes `count` values of a bfloat16 or float32 vector to e4m3 with
-// scale = max(amax, 1e-4) / 448 and returns that scale.
-inline float quantize_vector(const void* source, DType dtype, int count, bool power_of_two_scale,
-                             std::uint8_t* out) {
-  float amax = 0.0f;
-  for (int i = 0; i < count; ++i) {
-    const float magnitude = std::fabs(load_element(source, dtype, i));
-    amax = magnitude > amax ? magnitude : amax;
-  }
-  const float scale = quantization_scale(amax, power_of_two_scale);
-  for (int i = 0; i < count; ++i) out[i] = float_to_e4m3(load_element(source, dtype, i) / scale);
-  return scale;
-}
+// scale = max(amax, 1e-4) / 448 and returns that scale (NaN values are left
+// out of amax).
+float quantize_vector(const void* source, DType dtype, int count, bool power_of_two_scale, std::uint8_t* out);
 
 // Address of element `index` of a bfloat16 or float32 array.
 inline const void* element_address(const void* base, DType dtype, std::int64_t index) {

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "cpu/simd_clones.hpp"
+
 namespace dsa::detail::cpu {
 namespace {
 
@@ -44,12 +46,7 @@ template <int kHeads>
 
 }  // namespace
 
-// One build serves every x86-64 processor: the loader picks the AVX2 + FMA
-// clone where the processor has it.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("arch=x86-64-v3", "default")))
-#endif
-void score_key_block(int heads, int head_dim, const float* query, const float* weights, const float* keys,
+DSA_CPU_CLONES void score_key_block(int heads, int head_dim, const float* query, const float* weights, const float* keys,
                      const float* scales, float* out) {
   Lanes scale[kVectors];
   Lanes logit[kVectors] = {};

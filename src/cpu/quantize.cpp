@@ -1,0 +1,39 @@
+#include "cpu/quantize.hpp"
+
+#include "cpu/simd_clones.hpp"
+
+namespace dsa::detail::cpu {
+namespace {
+
+// quantize_vector for values load(i). Both loops vectorize: the largest
+// magnitude is taken on the bit patterns, which order finite and infinite
+// magnitudes as their values do (NaN patterns, above infinity's, are
+// skipped), and the encoding has no branches.
+template <typename Load>
+[[gnu::always_inline]] inline float quantize_loaded(Load load, int count, bool power_of_two_scale,
+                                                    std::uint8_t* out) {
+  constexpr std::uint32_t kInfinityBits = 0x7F800000u;
+  std::uint32_t amax_bits = 0;
+  for (int i = 0; i < count; ++i) {
+    std::uint32_t magnitude = float_bits(load(i)) & 0x7FFFFFFFu;
+    magnitude = magnitude > kInfinityBits ? 0u : magnitude;
+    amax_bits = magnitude > amax_bits ? magnitude : amax_bits;
+  }
+  const float scale = quantization_scale(bits_float(amax_bits), power_of_two_scale);
+  for (int i = 0; i < count; ++i) out[i] = float_to_e4m3(load(i) / scale);
+  return scale;
+}
+
+}  // namespace
+
+DSA_CPU_CLONES float quantize_vector(const void* source, DType dtype, int count, bool power_of_two_scale,
+                                     std::uint8_t* out) {
+  if (dtype == DType::bfloat16) {
+    const auto* values = static_cast<const std::uint16_t*>(source);
+    return quantize_loaded([values](int i) { return bf16_to_float(values[i]); }, count, power_of_two_scale, out);
+  }
+  const auto* values = static_cast<const float*>(source);
+  return quantize_loaded([values](int i) { return values[i]; }, count, power_of_two_scale, out);
+}
+
+}  // namespace dsa::detail::cpu
