@@ -1,5 +1,6 @@
 #include "dsa/tensor.hpp"
 
+#include <limits>
 #include <string>
 
 namespace dsa {
@@ -84,7 +85,9 @@ TensorView make_view(void* data, DType dtype, std::initializer_list<std::int64_t
   std::int64_t stride = 1;
   for (int d = view.ndim - 1; d >= 0; --d) {
     view.strides[static_cast<std::size_t>(d)] = stride;
-    stride *= view.size(d);
+    // Shapes too large to address saturate (validation rejects them) rather
+    // than overflow.
+    if (__builtin_mul_overflow(stride, view.size(d), &stride)) stride = std::numeric_limits<std::int64_t>::max();
   }
   return view;
 }
