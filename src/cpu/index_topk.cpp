@@ -24,7 +24,7 @@ std::int64_t topk_length(const IndexTopkProblem& p, std::int64_t row) {
 struct RowScratch {
   std::vector<float> values;
   RowScoreScratch scoring;
-  std::vector<std::uint64_t> keys;
+  SelectScratch select;
 };
 
 }  // namespace
@@ -60,7 +60,7 @@ Status index_topk(const IndexTopkProblem& p, bool parallel, const ExecContext& c
                 s.values.data());
       values = s.values.data();
     }
-    select_row(values, length, p.k, p.sorted, &s.keys, out);
+    select_row(values, length, p.k, p.sorted, &s.select, out);
     if (p.physical_slots) {
       positions_to_slots(scoring.block_table + (row / scoring.next_n) * scoring.block_table_stride, p.k, out);
     }

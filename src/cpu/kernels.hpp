@@ -89,9 +89,16 @@ void score_row(const Scorer& scorer, std::int64_t b, std::int64_t j, std::int64_
 // The straightforward or multithreaded logits pass (validated problem, data checked).
 void compute_logits(const LogitsProblem& p, bool parallel, const ExecContext& ctx);
 
+// Buffers of select_row, kept between rows.
+struct SelectScratch {
+  std::vector<std::uint32_t> keys;  // the row's values as ordered keys
+  std::vector<std::uint32_t> pool;  // the radix select's remaining candidates
+  std::vector<std::int32_t> winners;
+};
+
 // Row selection of the top-k contract (dsa/topk.hpp): positions in `out[0, k)`.
-void select_row(const float* values, std::int64_t length, int k, bool sorted,
-                std::vector<std::uint64_t>* scratch, std::int32_t* out);
+void select_row(const float* values, std::int64_t length, int k, bool sorted, SelectScratch* scratch,
+                std::int32_t* out);
 
 // Rewrites selected positions as cache slots through one block-table row; -1 stays.
 void positions_to_slots(const std::int32_t* table_row, int k, std::int32_t* out);

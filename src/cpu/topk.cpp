@@ -1,5 +1,5 @@
 #include <algorithm>
-#include <functional>
+#include <array>
 #include <limits>
 #include <vector>
 
@@ -22,36 +22,80 @@ std::uint32_t order_key(float value) {
   return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
 }
 
-// Larger value first, then smaller position: one 64-bit key, larger is better.
-std::uint64_t rank_key(float value, std::int64_t position) {
-  return (std::uint64_t{order_key(value)} << 32) | (0xFFFFFFFFu - static_cast<std::uint32_t>(position));
-}
-
-std::int32_t key_position(std::uint64_t key) {
-  return static_cast<std::int32_t>(0xFFFFFFFFu - static_cast<std::uint32_t>(key & 0xFFFFFFFFu));
+// The k-th largest of keys[0, length) (length > k >= 1) as a radix select:
+// three passes fix its top 11, next 11 and last 10 bits. After each pass
+// only the keys that agree with the bits fixed so far stay candidates
+// (copied into `pool`). Returns that key and, in *ties_taken, how many keys
+// equal to it belong to the top k (the others are all larger).
+std::uint32_t kth_largest(const std::uint32_t* keys, std::int64_t length, int k, std::vector<std::uint32_t>* pool,
+                          std::int64_t* ties_taken) {
+  struct Digit {
+    int shift;
+    int bits;
+  };
+  constexpr Digit kDigits[] = {{21, 11}, {10, 11}, {0, 10}};
+  std::array<std::int64_t, std::size_t{1} << 11> counts;
+  const std::uint32_t* candidates = keys;
+  std::int64_t count = length;
+  std::uint32_t kth = 0;
+  std::int64_t remaining = k;  // rank wanted among the candidates
+  for (const Digit digit : kDigits) {
+    const std::uint32_t digit_mask = (1u << digit.bits) - 1u;
+    std::fill(counts.begin(), counts.begin() + (std::ptrdiff_t{1} << digit.bits), 0);
+    for (std::int64_t i = 0; i < count; ++i) ++counts[(candidates[i] >> digit.shift) & digit_mask];
+    std::uint32_t value = digit_mask;
+    while (counts[value] < remaining) remaining -= counts[value--];  // from the largest digit down
+    kth |= value << digit.shift;
+    if (digit.shift == 0) break;
+    // Keep the candidates with this digit, branch-free: every key is written
+    // at `next`, which advances past kept ones only (one slot spare). In
+    // place once the candidates are in the pool (next never passes i), and
+    // the pool only shrinks then.
+    pool->resize(static_cast<std::size_t>(counts[value]) + 1);
+    std::uint32_t* kept = pool->data();
+    std::int64_t next = 0;
+    for (std::int64_t i = 0; i < count; ++i) {
+      kept[next] = candidates[i];
+      next += ((candidates[i] >> digit.shift) & digit_mask) == value;
+    }
+    candidates = kept;
+    count = next;
+  }
+  *ties_taken = remaining;
+  return kth;
 }
 
 }  // namespace
 
-void select_row(const float* values, std::int64_t length, int k, bool sorted,
-                std::vector<std::uint64_t>* scratch, std::int32_t* out) {
+// The winners are the keys above the k-th largest and, of the keys equal to
+// it, the first ones by position (the contract's tie rule).
+void select_row(const float* values, std::int64_t length, int k, bool sorted, SelectScratch* scratch,
+                std::int32_t* out) {
   if (length <= k) {
     for (int i = 0; i < k; ++i) out[i] = i < length ? i : -1;
     return;
   }
-  scratch->resize(static_cast<std::size_t>(length));
+  scratch->keys.resize(static_cast<std::size_t>(length));
+  std::uint32_t* keys = scratch->keys.data();
+  for (std::int64_t position = 0; position < length; ++position) keys[position] = order_key(values[position]);
+  std::int64_t ties_left = 0;
+  const std::uint32_t threshold = kth_largest(keys, length, k, &scratch->pool, &ties_left);
+  // Branch-free: every position is written at `taken`, which advances for
+  // winners only; the slot past the last winner catches the rest.
+  scratch->winners.resize(static_cast<std::size_t>(k) + 1);
+  std::int32_t* winners = scratch->winners.data();
+  std::int64_t taken = 0;
   for (std::int64_t position = 0; position < length; ++position) {
-    (*scratch)[static_cast<std::size_t>(position)] = rank_key(values[position], position);
+    const bool tie = keys[position] == threshold;
+    winners[taken] = static_cast<std::int32_t>(position);
+    taken += (keys[position] > threshold) | (tie & (ties_left > 0));
+    ties_left -= tie;
   }
-  const auto winners_end = scratch->begin() + k;
-  std::nth_element(scratch->begin(), winners_end - 1, scratch->end(), std::greater<>());
-  if (sorted) {
-    std::sort(scratch->begin(), winners_end, std::greater<>());
-    for (int i = 0; i < k; ++i) out[i] = key_position((*scratch)[static_cast<std::size_t>(i)]);
-  } else {
-    // Unsorted output is still deterministic: ascending positions.
-    for (int i = 0; i < k; ++i) out[i] = key_position((*scratch)[static_cast<std::size_t>(i)]);
-    std::sort(out, out + k);
+  std::copy(winners, winners + k, out);
+  if (sorted) {  // larger value first, then smaller position; unsorted output stays in position order
+    std::sort(out, out + k, [keys](std::int32_t a, std::int32_t b) {
+      return keys[a] != keys[b] ? keys[a] > keys[b] : a < b;
+    });
   }
 }
 
@@ -66,7 +110,7 @@ Status topk(const TopkProblem& p, bool parallel, const ExecContext& ctx) {
   DSA_RETURN_IF_ERROR(check_topk_data(p));
   struct RowScratch {
     std::vector<float> values;  // a bfloat16 row widened to float
-    std::vector<std::uint64_t> keys;
+    SelectScratch select;
   };
   std::vector<RowScratch> scratch(static_cast<std::size_t>(parallel ? thread_count(ctx) : 1));
   const auto select = [&](std::int64_t row, int thread) {
@@ -82,7 +126,7 @@ Status topk(const TopkProblem& p, bool parallel, const ExecContext& ctx) {
       values = static_cast<const float*>(p.logits) + row * p.logits_stride;
     }
     std::int32_t* out = p.indices + row * p.indices_stride;
-    select_row(values, length, p.k, p.sorted, &s.keys, out);
+    select_row(values, length, p.k, p.sorted, &s.select, out);
     if (p.block_table != nullptr) {
       positions_to_slots(p.block_table + (row / p.rows_per_request) * p.block_table_stride, p.k, out);
     }
