@@ -134,13 +134,20 @@ Status run_cuda(const char* op, const ExecContext& ctx, std::size_t required_wor
   return Status::success();
 }
 
-// `automatic` stages the logits and selects from them on every backend: the
-// CPU's fused pass, which decodes each row's keys on its own, is no faster
-// than scoring all rows of a request together and selecting afterwards (on
-// two cores, B = 4 at 4K next_n 2: 4.3 ms both; B = 8 at 16K next_n 4: 58.9
-// against 56.2 ms); the Hopper one is not faster than the pair yet
-// (docs/performance.md).
-bool fused_strategy(IndexTopkStrategy strategy) { return strategy == IndexTopkStrategy::fused; }
+// `automatic` runs the fused pass where it measured at least as fast as
+// staging the logits and selecting from them (docs/performance.md).
+// On CUDA nowhere yet: the Hopper fused pass is slower than the pair.
+bool fused_on_cuda(IndexTopkStrategy strategy) { return strategy == IndexTopkStrategy::fused; }
+
+// On the CPU for next_n <= 2, where it also spares the logits matrix. The
+// fused pass decodes each row's keys on its own, the logits pass a
+// request's keys once for all its rows (on two cores, B = 16 at 4K next_n
+// 1: 7.5 against 7.9 ms; B = 4 at 4K next_n 2: 4.0 both; B = 8 at 16K
+// next_n 4: 56 against 52 ms).
+bool fused_on_cpu(IndexTopkStrategy strategy, std::int64_t next_n) {
+  if (strategy == IndexTopkStrategy::automatic) return next_n <= 2;
+  return strategy == IndexTopkStrategy::fused;
+}
 
 Status context_lens_op(const char* op, detail::LengthConvention convention, const TensorView& input,
                        int next_n, const TensorView& out, const ExecContext& ctx) {
@@ -323,7 +330,7 @@ Status index_topk(const TensorView& q, const TensorView& key_cache, const Tensor
   Engine engine;
   DSA_RETURN_IF_ERROR(select_scoring_engine(op, p.logits, ctx, &engine));
   const bool on_cuda = is_cuda_engine(engine);
-  const bool fused = fused_strategy(options.strategy);
+  const bool fused = on_cuda ? fused_on_cuda(options.strategy) : fused_on_cpu(options.strategy, p.logits.next_n);
   if (fused && engine == Engine::cuda_generic) {
     return {ErrorCode::unsupported,
             "index_topk: strategy: the fused pass on CUDA runs on the Hopper kernels only (sm_90, "
@@ -351,7 +358,7 @@ std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_conte
   std::size_t most = 0;
   for (int rows_per_unit = 1; rows_per_unit <= max_rows_per_unit; ++rows_per_unit) {
     most = std::max(most, cuda::index_topk_workspace_bytes(rows, max_context_len, options.k,
-                                                           fused_strategy(options.strategy), workers,
+                                                           fused_on_cuda(options.strategy), workers,
                                                            rows_per_unit, 0));
   }
   return most;

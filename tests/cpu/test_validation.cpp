@@ -75,10 +75,12 @@ class ScoringValidation : public ::testing::TestWithParam<dsa::Backend> {
   dsa::Status call_logits() {
     return dsa::paged_mqa_logits(q, cache, weights, lens, table, schedule, max_context_len(), logits, options, ctx);
   }
-  dsa::Status call_index_topk(int k = 16) {
+  dsa::Status call_index_topk(int k = 16,
+                              dsa::IndexTopkStrategy strategy = dsa::IndexTopkStrategy::automatic) {
     dsa::IndexTopkOptions o;
     o.k = k;
     o.path = dsa::LogitsPath::native;
+    o.strategy = strategy;
     return dsa::index_topk(q, cache, weights, lens, table, schedule, max_context_len(), topk_lens, indices, o, ctx);
   }
   std::int64_t max_context_len() const { return max_context_override >= 0 ? max_context_override : w.max_context_len; }
@@ -403,14 +405,16 @@ std::uint64_t mapped_bytes() {
   return pages * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
-// The CPU index_topk stages rows x max_context_len float logits (here 4 rows
-// of 2^31 - 1 positions, 32 GiB): beyond what the process may map, the call
-// returns out_of_memory instead of throwing through the API.
+// The CPU index_topk's logits_then_topk stages rows x max_context_len float
+// logits (here 4 rows of 2^31 - 1 positions, 32 GiB): beyond what the
+// process may map, the call returns out_of_memory instead of throwing
+// through the API.
 TEST_P(ScoringValidation, HostMemoryExhaustionIsReported) {
   max_context_override = INT_MAX;
   const AddressSpaceLimit limit(mapped_bytes() + (std::uint64_t{4} << 30));
   ASSERT_TRUE(limit.active());
-  EXPECT_TRUE(fails_with(call_index_topk(), ErrorCode::out_of_memory, "index_topk", "host memory"));
+  EXPECT_TRUE(fails_with(call_index_topk(16, dsa::IndexTopkStrategy::logits_then_topk), ErrorCode::out_of_memory,
+                         "index_topk", "host memory"));
 }
 #endif
 
