@@ -22,8 +22,6 @@ using dsa::Backend;
 using dsa::DType;
 using dsa::LogitsPath;
 
-std::size_t element_size(DType dtype) { return dtype == DType::bfloat16 ? 2 : 4; }
-
 // How a case calls paged_mqa_logits.
 struct CallShape {
   LogitsPath path = LogitsPath::native;
@@ -45,7 +43,7 @@ HopperRun run_with_schedule(const DeviceWorkload& dw, const dsa::TensorView& sch
   const Workload& w = *dw.host;
   HopperRun run;
   run.stride = w.max_context_len + call.extra_stride;
-  const std::size_t bytes = static_cast<std::size_t>(w.rows() * run.stride) * element_size(call.dtype);
+  const std::size_t bytes = static_cast<std::size_t>(w.rows() * run.stride) * dsa::dtype_size(call.dtype);
   dsa::DeviceBuffer out = device_filled(std::max<std::size_t>(bytes, 16), 0xFF);
   dsa::LogitsOptions options;
   options.path = call.path;
@@ -233,9 +231,9 @@ TEST_P(GpuHopperLogits, MatchesReferenceAndRepeatsBitwise) {
     // Without clean_logits the positions past a row's length are unspecified.
     for (std::int64_t r = 0; r < w.rows(); ++r) {
       const std::int64_t defined = c.call.clean ? w.max_context_len : w.context_lens[r];
-      const std::size_t offset = static_cast<std::size_t>(r * first.stride) * element_size(c.call.dtype);
+      const std::size_t offset = static_cast<std::size_t>(r * first.stride) * dsa::dtype_size(c.call.dtype);
       ASSERT_EQ(0, std::memcmp(first.bytes.data() + offset, again.bytes.data() + offset,
-                               static_cast<std::size_t>(defined) * element_size(c.call.dtype)))
+                               static_cast<std::size_t>(defined) * dsa::dtype_size(c.call.dtype)))
           << "row " << r << " differs on repeat " << repeat;
     }
   }

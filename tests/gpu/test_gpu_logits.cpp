@@ -18,8 +18,6 @@ using dsa::Backend;
 using dsa::DType;
 using dsa::LogitsPath;
 
-std::size_t element_size(DType dtype) { return dtype == DType::bfloat16 ? 2 : 4; }
-
 struct LogitsRun {
   dsa::Status status;
   std::vector<std::uint8_t> bytes;  // [rows, stride] elements, 0xFF where not written
@@ -31,7 +29,7 @@ LogitsRun run_logits(const DeviceWorkload& dw, const dsa::TensorView& schedule, 
                      DType dtype, std::int64_t stride, const dsa::LogitsOptions& options,
                      const dsa::ExecContext& ctx) {
   const std::int64_t rows = dw.host->rows();
-  const std::size_t bytes = static_cast<std::size_t>(rows * stride) * element_size(dtype);
+  const std::size_t bytes = static_cast<std::size_t>(rows * stride) * dsa::dtype_size(dtype);
   dsa::DeviceBuffer out = device_filled(std::max<std::size_t>(bytes, 16), 0xFF);
   const dsa::TensorView logits = device_view(out, dtype, {rows, max_context_len}, {stride, 1});
   LogitsRun run;
@@ -216,7 +214,7 @@ TEST_P(GpuLogits, MatchesReferenceAndRepeats) {
     // compare only what the contract defines (and the untouched padding).
     for (std::int64_t r = 0; r < w.rows(); ++r) {
       const std::int64_t defined = c.clean ? w.max_context_len : w.context_lens[r];
-      const std::size_t row_bytes = element_size(c.dtype);
+      const std::size_t row_bytes = dsa::dtype_size(c.dtype);
       ASSERT_EQ(0, std::memcmp(first.bytes.data() + r * stride * row_bytes,
                                again.bytes.data() + r * stride * row_bytes, defined * row_bytes))
           << "row " << r << " differs on repeat " << repeat;
