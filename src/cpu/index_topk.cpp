@@ -1,7 +1,10 @@
-// index_topk on the CPU. The fused strategy scores one row at a time into a
-// per-thread buffer of topk_lens[r] floats and selects from it, so no logits
-// matrix exists. logits_then_topk runs the logits pass into a buffer of its
-// own, then selects from its rows.
+// index_topk on the CPU. The fused strategy scores rows into per-thread
+// buffers of topk_lens[r] floats and selects from them, so no logits matrix
+// exists: the threaded path scores a unit's rows together (each block of
+// keys decoded once for all of them) where there are enough units to share
+// between the threads, else one row at a time; the reference scores one row
+// at a time. logits_then_topk runs the logits pass into a buffer of its own,
+// then selects from its rows.
 // Both use the arithmetic of paged_mqa_logits and the selection of topk, so
 // the result is exactly topk(paged_mqa_logits(...)).
 #include <algorithm>
@@ -21,9 +24,10 @@ std::int64_t topk_length(const IndexTopkProblem& p, std::int64_t row) {
   return row_length(p.logits.lens, row / p.logits.next_n, row % p.logits.next_n);
 }
 
-struct RowScratch {
-  std::vector<float> values;
-  RowScoreScratch scoring;
+struct GroupScratch {
+  std::vector<std::vector<float>> values;  // one buffer per row of the group
+  RowGroup group;
+  RowScoreScratch reference;
   SelectScratch select;
 };
 
@@ -43,32 +47,58 @@ Status index_topk(const IndexTopkProblem& p, bool parallel, const ExecContext& c
     compute_logits(scoring, parallel, ctx);
   }
   const Scorer scorer(scoring);
-  const ScoreMode mode = parallel                   ? ScoreMode::blocked
-                         : ctx.reference_float64 ? ScoreMode::plain_float64
-                                                 : ScoreMode::plain_float;
-  std::vector<RowScratch> scratch(static_cast<std::size_t>(parallel ? thread_count(ctx) : 1));
-  const auto select = [&](std::int64_t row, int thread) {
-    RowScratch& s = scratch[static_cast<std::size_t>(thread)];
-    const std::int64_t length = topk_length(p, row);
-    std::int32_t* out = p.indices + row * p.indices_stride;
-    const float* values = nullptr;
-    if (staged) {
-      values = static_cast<const float*>(scoring.logits) + row * scoring.logits_stride;
-    } else if (length > p.k) {  // shorter rows select every position without scores
-      s.values.resize(static_cast<std::size_t>(length));
-      score_row(scorer, row / scoring.next_n, row % scoring.next_n, length, mode, &s.scoring,
-                s.values.data());
-      values = s.values.data();
+  const int threads = parallel ? thread_count(ctx) : 1;
+  // Rows selected together: a unit's, where the units keep every thread busy.
+  const std::int64_t units = scoring.rows() / scoring.rows_per_unit();
+  const std::int64_t group_rows = parallel && !staged && units >= 2 * threads ? scoring.rows_per_unit() : 1;
+  std::vector<GroupScratch> scratch(static_cast<std::size_t>(threads));
+  const auto select_group = [&](std::int64_t group_index, int thread) {
+    GroupScratch& s = scratch[static_cast<std::size_t>(thread)];
+    const std::int64_t first_row = group_index * group_rows;
+    s.values.resize(static_cast<std::size_t>(group_rows));
+    // Rows no longer than k select every position without scores.
+    const auto needs_scores = [&](std::int64_t i) { return !staged && topk_length(p, first_row + i) > p.k; };
+    if (parallel && !staged) {
+      s.group.load(scorer, first_row / scoring.next_n, first_row % scoring.next_n, group_rows);
+      std::int64_t longest = 0;
+      for (std::int64_t i = 0; i < group_rows; ++i) {
+        const std::int64_t length = needs_scores(i) ? topk_length(p, first_row + i) : 0;
+        s.group.lengths[static_cast<std::size_t>(i)] = length;
+        s.values[static_cast<std::size_t>(i)].resize(static_cast<std::size_t>(length));
+        longest = std::max(longest, length);
+      }
+      score_group(scorer, 0, longest, &s.group,
+                  [&](std::int64_t i, std::int64_t first, const float* values, std::int64_t count) {
+                    std::copy(values, values + count, s.values[static_cast<std::size_t>(i)].data() + first);
+                  });
     }
-    select_row(values, length, p.k, p.sorted, &s.select, out);
-    if (p.physical_slots) {
-      positions_to_slots(scoring.block_table + (row / scoring.next_n) * scoring.block_table_stride, p.k, out);
+    for (std::int64_t i = 0; i < group_rows; ++i) {
+      const std::int64_t row = first_row + i;
+      const std::int64_t length = topk_length(p, row);
+      const float* values = nullptr;
+      if (staged) {
+        values = static_cast<const float*>(scoring.logits) + row * scoring.logits_stride;
+      } else if (needs_scores(i)) {
+        std::vector<float>& buffer = s.values[static_cast<std::size_t>(i)];
+        if (!parallel) {
+          buffer.resize(static_cast<std::size_t>(length));
+          const ScoreMode mode = ctx.reference_float64 ? ScoreMode::plain_float64 : ScoreMode::plain_float;
+          score_row(scorer, row / scoring.next_n, row % scoring.next_n, length, mode, &s.reference, buffer.data());
+        }
+        values = buffer.data();
+      }
+      std::int32_t* out = p.indices + row * p.indices_stride;
+      select_row(values, length, p.k, p.sorted, &s.select, out);
+      if (p.physical_slots) {
+        positions_to_slots(scoring.block_table + (row / scoring.next_n) * scoring.block_table_stride, p.k, out);
+      }
     }
   };
+  const std::int64_t groups = scoring.rows() / group_rows;
   if (parallel) {
-    parallel_for_items(scoring.rows(), ctx, select);
+    parallel_for_items(groups, ctx, select_group);
   } else {
-    for (std::int64_t row = 0; row < scoring.rows(); ++row) select(row, 0);
+    for (std::int64_t group = 0; group < groups; ++group) select_group(group, 0);
   }
   return Status::success();
 }

@@ -3,6 +3,7 @@
 // index_topk), so that the fused and unfused paths compute identical values.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -72,17 +73,54 @@ class Scorer {
   std::array<float, 256> e4m3_values_{};
 };
 
-// How score_row accumulates: the plain loops (float or float64) of the
-// reference, or score_block (the threaded path's arithmetic).
-enum class ScoreMode { plain_float, plain_float64, blocked };
+// Consecutive rows of one request scored together by the threaded path
+// (a unit's rows, or a single row), so that each block of keys is decoded
+// once for all of them.
+struct RowGroup {
+  std::int64_t b = -1;  // none loaded yet
+  std::int64_t first_j = 0;
+  std::vector<std::int64_t> lengths;  // positions [0, lengths[i]) of row first_j + i are scored
+  std::vector<float> queries;         // the rows' queries, [H][D] each
+  KeyBlock block;
+
+  std::int64_t rows() const { return static_cast<std::int64_t>(lengths.size()); }
+  // Sets the group to `rows` rows of request b from row first_j, decoding
+  // their queries unless the group holds those rows already (a thread's
+  // successive items are mostly chunks of one unit).
+  void load(const Scorer& scorer, std::int64_t request, std::int64_t first_row, std::int64_t rows);
+};
+
+// Scores positions [begin, end) of the group's rows, in blocks of kBlockKeys
+// (begin a multiple of it), with score_block. For each block a row needs,
+// calls emit(i, first, values, count): row first_j + i, positions
+// [first, first + count).
+template <typename Emit>
+void score_group(const Scorer& scorer, std::int64_t begin, std::int64_t end, RowGroup* group, Emit&& emit) {
+  const LogitsProblem& p = scorer.problem();
+  const std::int64_t query_floats = scorer.query_floats();
+  float values[kBlockKeys];
+  for (std::int64_t first = begin; first < end; first += kBlockKeys) {
+    scorer.decode_key_block(group->b, first, static_cast<int>(std::min<std::int64_t>(kBlockKeys, end - first)),
+                            &group->block);
+    for (std::int64_t i = 0; i < group->rows(); ++i) {
+      const std::int64_t length = group->lengths[static_cast<std::size_t>(i)];
+      if (first >= length) continue;
+      const std::int64_t row = group->b * p.next_n + group->first_j + i;
+      scorer.score_block(group->queries.data() + i * query_floats, scorer.weights_row(row), group->block, values);
+      emit(i, first, values, std::min<std::int64_t>(kBlockKeys, length - first));
+    }
+  }
+}
+
+// How score_row accumulates: the plain loops (float or float64) of the reference.
+enum class ScoreMode { plain_float, plain_float64 };
 
 struct RowScoreScratch {
   std::vector<float> query;
   std::vector<float> key;
-  KeyBlock block;
 };
 
-// Scores positions [0, length) of row (b, j) into out[0, length).
+// Scores positions [0, length) of row (b, j) into out[0, length), one key at a time.
 void score_row(const Scorer& scorer, std::int64_t b, std::int64_t j, std::int64_t length,
                ScoreMode mode, RowScoreScratch* scratch, float* out);
 

@@ -52,25 +52,24 @@ void Scorer::decode_key_block(std::int64_t b, std::int64_t first, int count, Key
   }
 }
 
+void RowGroup::load(const Scorer& scorer, std::int64_t request, std::int64_t first_row, std::int64_t rows) {
+  if (request == b && first_row == first_j && rows == this->rows()) return;
+  b = request;
+  first_j = first_row;
+  lengths.resize(static_cast<std::size_t>(rows));
+  queries.resize(static_cast<std::size_t>(rows * scorer.query_floats()));
+  for (std::int64_t i = 0; i < rows; ++i) scorer.decode_query(b, first_j + i, queries.data() + i * scorer.query_floats());
+}
+
 void score_row(const Scorer& scorer, std::int64_t b, std::int64_t j, std::int64_t length, ScoreMode mode,
                RowScoreScratch* scratch, float* out) {
   const LogitsProblem& p = scorer.problem();
   scratch->query.resize(static_cast<std::size_t>(scorer.query_floats()));
+  scratch->key.resize(static_cast<std::size_t>(p.head_dim));
   float* query = scratch->query.data();
+  float* key = scratch->key.data();
   scorer.decode_query(b, j, query);
   const float* weights = scorer.weights_row(b * p.next_n + j);
-  if (mode == ScoreMode::blocked) {
-    float values[kBlockKeys];
-    for (std::int64_t first = 0; first < length; first += kBlockKeys) {
-      const int count = static_cast<int>(std::min<std::int64_t>(kBlockKeys, length - first));
-      scorer.decode_key_block(b, first, count, &scratch->block);
-      scorer.score_block(query, weights, scratch->block, values);
-      std::copy(values, values + count, out + first);
-    }
-    return;
-  }
-  scratch->key.resize(static_cast<std::size_t>(p.head_dim));
-  float* key = scratch->key.data();
   for (std::int64_t position = 0; position < length; ++position) {
     const float scale = scorer.decode_key(b, position, key);
     out[position] = mode == ScoreMode::plain_float64
@@ -116,44 +115,22 @@ void reference_logits(const LogitsProblem& p, const ExecContext& ctx) {
   }
 }
 
-// Per-thread buffers of the parallel pass.
-struct ItemScratch {
-  std::vector<float> queries;  // the item's rows, [H][D] each
-  KeyBlock block;
-};
-
-// Scores one schedule item: positions [256 c, 256 c + 256) of a unit's rows,
-// decoding each block of keys once for all rows that need it.
-void score_item(const Scorer& scorer, const WorkItem& item, ItemScratch* scratch) {
+// Scores one schedule item: positions [256 c, 256 c + 256) of a unit's rows.
+void score_item(const Scorer& scorer, const WorkItem& item, RowGroup* group) {
   const LogitsProblem& p = scorer.problem();
   const bool per_token = p.path == LogitsPath::per_token;
-  const std::int64_t b = per_token ? item.unit / p.next_n : item.unit;
-  const std::int64_t first_j = per_token ? item.unit % p.next_n : 0;
-  const std::int64_t rows = per_token ? 1 : p.next_n;
-  const std::int64_t query_floats = scorer.query_floats();
-  scratch->queries.resize(static_cast<std::size_t>(rows * query_floats));
-  std::int64_t longest = 0;
-  for (std::int64_t i = 0; i < rows; ++i) {
-    scorer.decode_query(b, first_j + i, scratch->queries.data() + i * query_floats);
-    longest = std::max<std::int64_t>(longest, row_length(p.lens, b, first_j + i));
+  group->load(scorer, per_token ? item.unit / p.next_n : item.unit, per_token ? item.unit % p.next_n : 0,
+              p.rows_per_unit());
+  for (std::int64_t i = 0; i < group->rows(); ++i) {
+    group->lengths[static_cast<std::size_t>(i)] = row_length(p.lens, group->b, group->first_j + i);
   }
   const std::int64_t begin = item.chunk * kChunkTokens;
-  const std::int64_t end = std::min<std::int64_t>(begin + kChunkTokens, longest);
-  float values[kBlockKeys];
-  for (std::int64_t first = begin; first < end; first += kBlockKeys) {
-    scorer.decode_key_block(b, first, static_cast<int>(std::min<std::int64_t>(kBlockKeys, end - first)),
-                            &scratch->block);
-    for (std::int64_t i = 0; i < rows; ++i) {
-      const std::int64_t j = first_j + i;
-      const std::int64_t length = row_length(p.lens, b, j);
-      if (first >= length) continue;
-      const std::int64_t row = b * p.next_n + j;
-      scorer.score_block(scratch->queries.data() + i * query_floats, scorer.weights_row(row), scratch->block,
-                         values);
-      const std::int64_t stored = std::min<std::int64_t>(kBlockKeys, length - first);
-      for (std::int64_t t = 0; t < stored; ++t) store_logit(p, row, first + t, values[t]);
-    }
-  }
+  const std::int64_t longest = *std::max_element(group->lengths.begin(), group->lengths.end());
+  const std::int64_t row0 = group->b * p.next_n + group->first_j;
+  score_group(scorer, begin, std::min<std::int64_t>(begin + kChunkTokens, longest), group,
+              [&](std::int64_t i, std::int64_t first, const float* values, std::int64_t count) {
+                for (std::int64_t t = 0; t < count; ++t) store_logit(p, row0 + i, first + t, values[t]);
+              });
 }
 
 // The items of the problem's path in (unit, chunk) order. The threads take
@@ -172,7 +149,7 @@ std::vector<WorkItem> list_items(const LogitsProblem& p) {
 void parallel_logits(const LogitsProblem& p, const ExecContext& ctx) {
   const Scorer scorer(p);
   const std::vector<WorkItem> items = list_items(p);
-  std::vector<ItemScratch> scratch(static_cast<std::size_t>(thread_count(ctx)));
+  std::vector<RowGroup> scratch(static_cast<std::size_t>(thread_count(ctx)));
   parallel_for_items(static_cast<std::int64_t>(items.size()), ctx, [&](std::int64_t i, int thread) {
     score_item(scorer, items[static_cast<std::size_t>(i)], &scratch[static_cast<std::size_t>(thread)]);
   });

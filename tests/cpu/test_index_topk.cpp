@@ -169,6 +169,12 @@ std::vector<IndexTopkCase> index_topk_cases() {
   add("native_next_n4", WorkloadSpec{.batch = 2, .next_n = 4, .max_prefix = 700}, 128).path = dsa::LogitsPath::native;
   add("h32", WorkloadSpec{.batch = 2, .next_n = 2, .heads = 32}, 100);
   add("empty_batch", WorkloadSpec{.batch = 0, .next_n = 2}, 16);
+  // Enough requests for the threaded fused pass to score each request's rows
+  // together, with rows of one request at, below and above k.
+  add("requests_scored_together",
+      WorkloadSpec{.batch = 5, .next_n = 3,
+                   .context_lens = {10, 70, 500, 64, 65, 66, 300, 301, 0, 1000, 1001, 1002, 63, 700, 2}},
+      64);
   return cases;
 }
 
