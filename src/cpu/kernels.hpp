@@ -14,10 +14,10 @@
 
 namespace dsa::detail::cpu {
 
-// Up to kBlockKeys consecutive keys of one request, dequantized and
-// transposed [head_dim][kBlockKeys], with their scales.
+// Up to kBlockKeys consecutive keys of one request as score_key_block reads
+// them: bf16 pairs, transposed [head_dim / 2][kBlockKeys], and their scales.
 struct KeyBlock {
-  std::vector<float> keys;
+  std::vector<std::uint32_t> pairs;
   std::array<float, kBlockKeys> scales{};
 };
 
@@ -54,9 +54,11 @@ class Scorer {
   void decode_key_block(std::int64_t b, std::int64_t first, int count, KeyBlock* block) const;
 
   // One row's logits for the block's kBlockKeys positions (query as written by
-  // decode_query): score_key_block's fixed-order, multiply-add arithmetic.
-  void score_block(const float* query, const float* weights, const KeyBlock& block, float* out) const {
-    score_key_block(static_cast<int>(p_.heads), p_.head_dim, query, weights, block.keys.data(), block.scales.data(),
+  // decode_query, and as bf16 pairs): score_key_block's arithmetic.
+  void score_block(const float* query, const std::uint32_t* query_pairs, const float* weights,
+                   const KeyBlock& block, float* out) const {
+    score_key_block(BlockInputs{static_cast<int>(p_.heads), p_.head_dim, query, query_pairs, weights,
+                                block.pairs.data(), block.scales.data()},
                     out);
   }
 
@@ -71,6 +73,7 @@ class Scorer {
 
   const LogitsProblem& p_;
   std::array<float, 256> e4m3_values_{};
+  std::array<std::uint16_t, 256> e4m3_bf16_{};  // the same values' bf16 bits
 };
 
 // Consecutive rows of one request scored together by the threaded path
@@ -80,7 +83,8 @@ struct RowGroup {
   std::int64_t b = -1;  // none loaded yet
   std::int64_t first_j = 0;
   std::vector<std::int64_t> lengths;  // positions [0, lengths[i]) of row first_j + i are scored
-  std::vector<float> queries;         // the rows' queries, [H][D] each
+  std::vector<float> queries;               // the rows' queries, [H][D] each
+  std::vector<std::uint32_t> query_pairs;  // the same as bf16 pairs, [H][D / 2] each
   KeyBlock block;
 
   std::int64_t rows() const { return static_cast<std::int64_t>(lengths.size()); }
@@ -106,7 +110,8 @@ void score_group(const Scorer& scorer, std::int64_t begin, std::int64_t end, Row
       const std::int64_t length = group->lengths[static_cast<std::size_t>(i)];
       if (first >= length) continue;
       const std::int64_t row = group->b * p.next_n + group->first_j + i;
-      scorer.score_block(group->queries.data() + i * query_floats, scorer.weights_row(row), group->block, values);
+      scorer.score_block(group->queries.data() + i * query_floats, group->query_pairs.data() + i * query_floats / 2,
+                         scorer.weights_row(row), group->block, values);
       emit(i, first, values, std::min<std::int64_t>(kBlockKeys, length - first));
     }
   }

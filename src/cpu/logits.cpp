@@ -13,7 +13,10 @@
 namespace dsa::detail::cpu {
 
 Scorer::Scorer(const LogitsProblem& problem) : p_(problem) {
-  for (int v = 0; v < 256; ++v) e4m3_values_[static_cast<std::size_t>(v)] = e4m3_to_float(static_cast<std::uint8_t>(v));
+  for (std::size_t v = 0; v < 256; ++v) {
+    e4m3_values_[v] = e4m3_to_float(static_cast<std::uint8_t>(v));
+    e4m3_bf16_[v] = static_cast<std::uint16_t>(float_bits(e4m3_values_[v]) >> 16);  // exact: e4m3 fits bf16
+  }
 }
 
 void Scorer::decode_query(std::int64_t b, std::int64_t j, float* out) const {
@@ -39,16 +42,22 @@ float Scorer::decode_key(std::int64_t b, std::int64_t position, float* out) cons
 }
 
 void Scorer::decode_key_block(std::int64_t b, std::int64_t first, int count, KeyBlock* block) const {
-  block->keys.resize(static_cast<std::size_t>(p_.head_dim) * kBlockKeys);
-  float* keys = block->keys.data();
+  const int words = p_.head_dim / 2;
+  block->pairs.resize(static_cast<std::size_t>(words) * kBlockKeys);
+  std::array<const std::uint8_t*, kBlockKeys> keys{};
   for (int i = 0; i < kBlockKeys; ++i) {
-    if (i >= count) {  // padding lane
-      for (int d = 0; d < p_.head_dim; ++d) keys[d * kBlockKeys + i] = 0.0f;
-      block->scales[static_cast<std::size_t>(i)] = 0.0f;
-      continue;
+    float& scale = block->scales[static_cast<std::size_t>(i)];
+    keys[static_cast<std::size_t>(i)] = i < count ? key_bytes(b, first + i, &scale) : nullptr;
+    if (i >= count) scale = 0.0f;  // padding lane
+  }
+  // Word by word, so that the stores are consecutive.
+  std::uint32_t* pairs = block->pairs.data();
+  for (int w = 0; w < words; ++w) {
+    for (int i = 0; i < kBlockKeys; ++i) {
+      const std::uint8_t* key = keys[static_cast<std::size_t>(i)];
+      pairs[w * kBlockKeys + i] =
+          key == nullptr ? 0u : e4m3_bf16_[key[2 * w]] | (std::uint32_t{e4m3_bf16_[key[2 * w + 1]]} << 16);
     }
-    const std::uint8_t* key = key_bytes(b, first + i, &block->scales[static_cast<std::size_t>(i)]);
-    for (int d = 0; d < p_.head_dim; ++d) keys[d * kBlockKeys + i] = e4m3_values_[key[d]];
   }
 }
 
@@ -58,7 +67,9 @@ void RowGroup::load(const Scorer& scorer, std::int64_t request, std::int64_t fir
   first_j = first_row;
   lengths.resize(static_cast<std::size_t>(rows));
   queries.resize(static_cast<std::size_t>(rows * scorer.query_floats()));
+  query_pairs.resize(queries.size() / 2);
   for (std::int64_t i = 0; i < rows; ++i) scorer.decode_query(b, first_j + i, queries.data() + i * scorer.query_floats());
+  for (std::size_t w = 0; w < query_pairs.size(); ++w) query_pairs[w] = bf16_pair(queries[2 * w], queries[2 * w + 1]);
 }
 
 void score_row(const Scorer& scorer, std::int64_t b, std::int64_t j, std::int64_t length, ScoreMode mode,
