@@ -96,7 +96,21 @@ Status index_topk(const IndexTopkProblem& p, bool parallel, const ExecContext& c
   };
   const std::int64_t groups = scoring.rows() / group_rows;
   if (parallel) {
-    parallel_for_items(groups, ctx, select_group);
+    // Longest groups first, so that the last ones to start are short and
+    // the threads finish together.
+    std::vector<std::int64_t> order(static_cast<std::size_t>(groups));
+    std::vector<std::int64_t> longest(static_cast<std::size_t>(groups), 0);
+    for (std::int64_t row = 0; row < scoring.rows(); ++row) {
+      std::int64_t& group_longest = longest[static_cast<std::size_t>(row / group_rows)];
+      group_longest = std::max(group_longest, topk_length(p, row));
+    }
+    for (std::int64_t g = 0; g < groups; ++g) order[static_cast<std::size_t>(g)] = g;
+    std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+      return longest[static_cast<std::size_t>(a)] > longest[static_cast<std::size_t>(b)];
+    });
+    parallel_for_items(groups, ctx, [&](std::int64_t i, int thread) {
+      select_group(order[static_cast<std::size_t>(i)], thread);
+    });
   } else {
     for (std::int64_t group = 0; group < groups; ++group) select_group(group, 0);
   }
