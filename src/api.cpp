@@ -139,13 +139,13 @@ Status run_cuda(const char* op, const ExecContext& ctx, std::size_t required_wor
 // On CUDA nowhere yet: the Hopper fused pass is slower than the pair.
 bool fused_on_cuda(IndexTopkStrategy strategy) { return strategy == IndexTopkStrategy::fused; }
 
-// On the CPU for next_n <= 2, where it also spares the logits matrix. With
-// more rows per request, the fused pass decodes a request's keys once for
-// all its rows only where there are enough requests to share between the
-// threads, else once per row, which the logits pass never does (on two
-// cores, fused against staged, ms: B = 16 at 4K next_n 1 7.2 / 7.6; B = 4
-// at 4K next_n 2 3.6 / 3.8; B = 8 at 16K next_n 4 53 / 53; B = 1 at 32K
-// next_n 4 16.7 / 14.7; B = 2 at 16K next_n 3 10.4 / 8.8).
+// On the CPU for next_n <= 2, where it costs the same and spares the logits
+// matrix. With more rows per request, the fused pass decodes a request's
+// keys once for all its rows only where there are two requests or more per
+// thread, else once per row, which the logits pass never does (on two
+// cores, fused against staged, ms: B = 16 at 4K next_n 1 5.0 / 5.0; B = 4
+// at 4K next_n 2 2.1 / 2.2; B = 8 at 16K next_n 4 28.9 / 26.5; B = 1 at 32K
+// next_n 4 10.7 / 7.7; docs/performance.md, CPU backend).
 bool fused_on_cpu(IndexTopkStrategy strategy, std::int64_t next_n) {
   if (strategy == IndexTopkStrategy::automatic) return next_n <= 2;
   return strategy == IndexTopkStrategy::fused;
