@@ -65,7 +65,8 @@ template <int kHeads>
 // score_key_block_bf16_dot advances 8 heads x 2 vectors of 16 keys
 // together: 16 accumulators cover the instruction's latency, and each
 // broadcast query pair serves two instructions.
-constexpr int kBf16Vectors = kBlockKeys / 16;
+constexpr int kBf16Lanes = 16;
+constexpr int kBf16Vectors = kBlockKeys / kBf16Lanes;
 constexpr int kBf16GroupHeads = 8;
 
 template <int kHeads>
@@ -80,7 +81,7 @@ DSA_BF16_DOT_TARGET [[gnu::always_inline]] inline void bf16_dot_heads(const Bloc
   for (int w = 0; w < words; ++w) {
     __m512bh keys[kBf16Vectors];
     for (int v = 0; v < kBf16Vectors; ++v) {
-      keys[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(in.key_pairs + w * kBlockKeys + v * 16));
+      keys[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(in.key_pairs + w * kBlockKeys + v * kBf16Lanes));
     }
     for (int h = 0; h < kHeads; ++h) {
       const __m512bh q = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(query[h * words + w])));
@@ -119,13 +120,13 @@ bool bf16_dot_available() { return __builtin_cpu_supports("avx512f") && __builti
 DSA_BF16_DOT_TARGET void score_key_block_bf16_dot(const BlockInputs& in, float* out) {
   __m512 scale[kBf16Vectors], logit[kBf16Vectors];
   for (int v = 0; v < kBf16Vectors; ++v) {
-    scale[v] = _mm512_loadu_ps(in.scales + v * 16);
+    scale[v] = _mm512_loadu_ps(in.scales + v * kBf16Lanes);
     logit[v] = _mm512_setzero_ps();
   }
   int h = 0;
   for (; h + kBf16GroupHeads <= in.heads; h += kBf16GroupHeads) bf16_dot_heads<kBf16GroupHeads>(in, h, scale, logit);
   for (; h < in.heads; ++h) bf16_dot_heads<1>(in, h, scale, logit);
-  for (int v = 0; v < kBf16Vectors; ++v) _mm512_storeu_ps(out + v * 16, logit[v]);
+  for (int v = 0; v < kBf16Vectors; ++v) _mm512_storeu_ps(out + v * kBf16Lanes, logit[v]);
 }
 #else
 bool bf16_dot_available() { return false; }
