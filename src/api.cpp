@@ -139,17 +139,13 @@ Status run_cuda(const char* op, const ExecContext& ctx, std::size_t required_wor
 // On CUDA nowhere yet: the Hopper fused pass is slower than the pair.
 bool fused_on_cuda(IndexTopkStrategy strategy) { return strategy == IndexTopkStrategy::fused; }
 
-// On the CPU for next_n <= 2, where it costs the same and spares the logits
-// matrix. With more rows per request, the fused pass decodes a request's
-// keys once for all its rows only where there are two requests or more per
-// thread, else once per row, which the logits pass never does (on two
-// cores, fused against staged, ms: B = 16 at 4K next_n 1 5.0 / 5.0; B = 4
-// at 4K next_n 2 2.1 / 2.2; B = 8 at 16K next_n 4 28.9 / 26.5; B = 1 at 32K
-// next_n 4 10.7 / 7.7; docs/performance.md, CPU backend).
-bool fused_on_cpu(IndexTopkStrategy strategy, std::int64_t next_n) {
-  if (strategy == IndexTopkStrategy::automatic) return next_n <= 2;
-  return strategy == IndexTopkStrategy::fused;
-}
+// On the CPU everywhere: it costs what staging costs, less where rows no
+// longer than k need no scores, and spares the logits matrix (on two cores,
+// fused against staged, ms: B = 16 at 4K next_n 1 4.7 / 4.9; B = 4 at 4K
+// next_n 2 2.0 / 2.1; B = 8 at 16K next_n 4 26 / 26; B = 1 at 32K next_n 4
+// 7.6 / 7.6; B = 32 at 2K next_n 3 5.3 / 10.2; docs/performance.md, CPU
+// backend).
+bool fused_on_cpu(IndexTopkStrategy strategy) { return strategy != IndexTopkStrategy::logits_then_topk; }
 
 Status context_lens_op(const char* op, detail::LengthConvention convention, const TensorView& input,
                        int next_n, const TensorView& out, const ExecContext& ctx) {
@@ -332,7 +328,7 @@ Status index_topk(const TensorView& q, const TensorView& key_cache, const Tensor
   Engine engine;
   DSA_RETURN_IF_ERROR(select_scoring_engine(op, p.logits, ctx, &engine));
   const bool on_cuda = is_cuda_engine(engine);
-  const bool fused = on_cuda ? fused_on_cuda(options.strategy) : fused_on_cpu(options.strategy, p.logits.next_n);
+  const bool fused = on_cuda ? fused_on_cuda(options.strategy) : fused_on_cpu(options.strategy);
   if (fused && engine == Engine::cuda_generic) {
     return {ErrorCode::unsupported,
             "index_topk: strategy: the fused pass on CUDA runs on the Hopper kernels only (sm_90, "

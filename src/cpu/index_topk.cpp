@@ -1,10 +1,12 @@
 // index_topk on the CPU. The fused strategy scores rows into per-thread
 // buffers of topk_lens[r] floats and selects from them, so no logits matrix
 // exists: the threaded path scores a unit's rows together (each block of
-// keys decoded once for all of them) where there are enough units to share
-// between the threads, else one row at a time; the reference scores one row
-// at a time. logits_then_topk runs the logits pass into a buffer of its own,
-// then selects from its rows.
+// keys decoded once for all of them), the longest units first; the
+// reference scores one row at a time. logits_then_topk runs the logits pass
+// into a buffer of its own, then selects from its rows; so does the
+// threaded fused strategy when there are fewer than two units per thread,
+// which would leave threads idle (the buffer then holds no more rows than
+// two units per thread, twice the fused pass's own buffers at most).
 // Both use the arithmetic of paged_mqa_logits and the selection of topk, so
 // the result is exactly topk(paged_mqa_logits(...)).
 #include <algorithm>
@@ -36,7 +38,9 @@ struct GroupScratch {
 Status index_topk(const IndexTopkProblem& p, bool parallel, const ExecContext& ctx) {
   DSA_RETURN_IF_ERROR(check_index_topk_data(p));
   LogitsProblem scoring = p.logits;
-  const bool staged = !p.fused;
+  const int threads = parallel ? thread_count(ctx) : 1;
+  const std::int64_t units = scoring.rows() / scoring.rows_per_unit();
+  const bool staged = !p.fused || (parallel && units < 2 * threads);
   std::vector<float> staged_logits;
   if (staged) {
     scoring.logits_dtype = DType::float32;
@@ -47,10 +51,8 @@ Status index_topk(const IndexTopkProblem& p, bool parallel, const ExecContext& c
     compute_logits(scoring, parallel, ctx);
   }
   const Scorer scorer(scoring);
-  const int threads = parallel ? thread_count(ctx) : 1;
-  // Rows selected together: a unit's, where the units keep every thread busy.
-  const std::int64_t units = scoring.rows() / scoring.rows_per_unit();
-  const std::int64_t group_rows = parallel && !staged && units >= 2 * threads ? scoring.rows_per_unit() : 1;
+  // Rows selected together: a unit's on the threaded fused pass.
+  const std::int64_t group_rows = parallel && !staged ? scoring.rows_per_unit() : 1;
   std::vector<GroupScratch> scratch(static_cast<std::size_t>(threads));
   const auto select_group = [&](std::int64_t group_index, int thread) {
     GroupScratch& s = scratch[static_cast<std::size_t>(thread)];
