@@ -51,16 +51,18 @@ Status index_topk(const IndexTopkProblem& p, bool parallel, const ExecContext& c
     compute_logits(scoring, parallel, ctx);
   }
   const Scorer scorer(scoring);
-  // Rows selected together: a unit's on the threaded fused pass.
-  const std::int64_t group_rows = parallel && !staged ? scoring.rows_per_unit() : 1;
+  // The fused pass scores a unit's rows together when threaded, one row at
+  // a time in the reference.
+  const bool grouped = !staged && parallel;
+  const std::int64_t group_rows = grouped ? scoring.rows_per_unit() : 1;
   std::vector<GroupScratch> scratch(static_cast<std::size_t>(threads));
   const auto select_group = [&](std::int64_t group_index, int thread) {
     GroupScratch& s = scratch[static_cast<std::size_t>(thread)];
     const std::int64_t first_row = group_index * group_rows;
     s.values.resize(static_cast<std::size_t>(group_rows));
     // Rows no longer than k select every position without scores.
-    const auto needs_scores = [&](std::int64_t i) { return !staged && topk_length(p, first_row + i) > p.k; };
-    if (parallel && !staged) {
+    const auto needs_scores = [&](std::int64_t i) { return topk_length(p, first_row + i) > p.k; };
+    if (grouped) {
       s.group.load(scorer, first_row / scoring.next_n, first_row % scoring.next_n, group_rows);
       std::int64_t longest = 0;
       for (std::int64_t i = 0; i < group_rows; ++i) {
@@ -82,7 +84,7 @@ Status index_topk(const IndexTopkProblem& p, bool parallel, const ExecContext& c
         values = static_cast<const float*>(scoring.logits) + row * scoring.logits_stride;
       } else if (needs_scores(i)) {
         std::vector<float>& buffer = s.values[static_cast<std::size_t>(i)];
-        if (!parallel) {
+        if (!grouped) {
           buffer.resize(static_cast<std::size_t>(length));
           const ScoreMode mode = ctx.reference_float64 ? ScoreMode::plain_float64 : ScoreMode::plain_float;
           score_row(scorer, row / scoring.next_n, row % scoring.next_n, length, mode, &s.reference, buffer.data());
