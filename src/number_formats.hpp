@@ -43,29 +43,24 @@ DSA_HD float e4m3_to_float(std::uint8_t v) {
 }
 
 // Saturating conversion: magnitudes >= 448 become 448, NaN stays NaN.
-// Integer work on the bits, without branches, so that loops of it
-// vectorize. A normal code (|x| >= 2^-6) is the float's exponent rebiased
-// from 127 to 7, then its top 3 mantissa bits, rounded to nearest even on
-// the whole pattern so that a carry moves into the exponent, as it should.
-// A subnormal code counts steps of 2^-9: the mantissa with its leading 1,
-// shifted right and rounded to nearest even; rounding up to 8 gives the
+// Every case's code is computed and the right one kept with bit masks, not
+// branches or selects, so that loops of it vectorize. A normal code
+// (|x| >= 2^-6) is the float's exponent rebiased from 127 to 7, then its top
+// 3 mantissa bits, rounded to nearest even on the whole pattern so that a
+// carry moves into the exponent, as it should. A subnormal code counts
+// steps of 2^-9: adding 2^23 to |x| * 512 (exact) rounds it to an integer,
+// which the sum's low mantissa bits hold; rounding up to 8 gives the
 // smallest normal, whose code is exactly 8.
 DSA_HD std::uint8_t float_to_e4m3(float x) {
   const std::uint32_t bits = float_bits(x);
   const std::uint32_t magnitude = bits & 0x7FFFFFFFu;
-  const std::uint32_t exponent = magnitude >> 23;
-  // Subnormal range: |x| * 2^9 = mantissa * 2^(exponent - 141), exponent <= 120.
-  const std::uint32_t mantissa = exponent == 0 ? magnitude : (magnitude & 0x7FFFFFu) | 0x800000u;
-  // Shifts of 31 and more all give 0; distances outside 1..30 (or wrapped,
-  // above 141, where the subnormal code is not used) shift by 31.
-  const std::uint32_t distance = 141u - (exponent == 0 ? 1u : exponent);
-  const std::uint32_t shift = distance - 1u < 30u ? distance : 31u;
-  const std::uint32_t subnormal =
-      (mantissa + (1u << (shift - 1)) - 1u + ((mantissa >> shift) & 1u)) >> shift;
   const std::uint32_t normal = ((magnitude + 0x7FFFFu + ((magnitude >> 20) & 1u)) >> 20) - ((127u - 7u) << 3);
-  std::uint32_t code = magnitude < 0x3C800000u ? subnormal : normal;  // below 2^-6
-  code = magnitude >= 0x43E00000u ? 0x7Eu : code;                     // >= 448, infinity too
-  code = magnitude > 0x7F800000u ? 0x7Fu : code;                      // NaN
+  const std::uint32_t subnormal = float_bits(bits_float(magnitude) * 512.0f + 0x1p23f) - 0x4B000000u;
+  const std::uint32_t below_normal = 0u - static_cast<std::uint32_t>(magnitude < 0x3C800000u);  // < 2^-6
+  const std::uint32_t saturated = 0u - static_cast<std::uint32_t>(magnitude >= 0x43E00000u);   // >= 448, inf, NaN
+  const std::uint32_t nan = 0u - static_cast<std::uint32_t>(magnitude > 0x7F800000u);
+  std::uint32_t code = (subnormal & below_normal) | (normal & ~below_normal);
+  code = (code & ~saturated) | (0x7Eu & saturated) | (0x7Fu & nan);
   return static_cast<std::uint8_t>(((bits >> 24) & 0x80u) | code);
 }
 
