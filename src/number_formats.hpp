@@ -42,6 +42,10 @@ DSA_HD float e4m3_to_float(std::uint8_t v) {
   return sign * (1.0f + static_cast<float>(mantissa) * 0.125f) * ldexpf(1.0f, exponent - 7);
 }
 
+// All ones where `condition` holds, else 0: a select by bit masks, which
+// loops vectorize where the compiler would turn ?: back into a branch.
+DSA_HD std::uint32_t mask_if(bool condition) { return 0u - static_cast<std::uint32_t>(condition); }
+
 // Saturating conversion: magnitudes >= 448 become 448, NaN stays NaN.
 // Every case's code is computed and the right one kept with bit masks, not
 // branches or selects, so that loops of it vectorize. A normal code
@@ -56,9 +60,9 @@ DSA_HD std::uint8_t float_to_e4m3(float x) {
   const std::uint32_t magnitude = bits & 0x7FFFFFFFu;
   const std::uint32_t normal = ((magnitude + 0x7FFFFu + ((magnitude >> 20) & 1u)) >> 20) - ((127u - 7u) << 3);
   const std::uint32_t subnormal = float_bits(bits_float(magnitude) * 512.0f + 0x1p23f) - 0x4B000000u;
-  const std::uint32_t below_normal = 0u - static_cast<std::uint32_t>(magnitude < 0x3C800000u);  // < 2^-6
-  const std::uint32_t saturated = 0u - static_cast<std::uint32_t>(magnitude >= 0x43E00000u);   // >= 448, inf, NaN
-  const std::uint32_t nan = 0u - static_cast<std::uint32_t>(magnitude > 0x7F800000u);
+  const std::uint32_t below_normal = mask_if(magnitude < 0x3C800000u);  // < 2^-6
+  const std::uint32_t saturated = mask_if(magnitude >= 0x43E00000u);   // >= 448, inf, NaN
+  const std::uint32_t nan = mask_if(magnitude > 0x7F800000u);
   std::uint32_t code = (subnormal & below_normal) | (normal & ~below_normal);
   code = (code & ~saturated) | (0x7Eu & saturated) | (0x7Fu & nan);
   return static_cast<std::uint8_t>(((bits >> 24) & 0x80u) | code);

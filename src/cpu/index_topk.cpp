@@ -10,6 +10,7 @@
 // Both use the arithmetic of paged_mqa_logits and the selection of topk, so
 // the result is exactly topk(paged_mqa_logits(...)).
 #include <algorithm>
+#include <numeric>
 #include <vector>
 
 #include "backend.hpp"
@@ -108,7 +109,7 @@ Status index_topk(const IndexTopkProblem& p, bool parallel, const ExecContext& c
       std::int64_t& group_longest = longest[static_cast<std::size_t>(row / group_rows)];
       group_longest = std::max(group_longest, topk_length(p, row));
     }
-    for (std::int64_t g = 0; g < groups; ++g) order[static_cast<std::size_t>(g)] = g;
+    std::iota(order.begin(), order.end(), std::int64_t{0});
     std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
       return longest[static_cast<std::size_t>(a)] > longest[static_cast<std::size_t>(b)];
     });

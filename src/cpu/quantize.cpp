@@ -16,7 +16,7 @@ template <typename Load>
   std::uint32_t amax_bits = 0;
   for (int i = 0; i < count; ++i) {
     std::uint32_t magnitude = float_bits(load(i)) & 0x7FFFFFFFu;
-    magnitude &= 0u - static_cast<std::uint32_t>(magnitude <= kInfinityBits);  // NaN: 0, as a mask (vectorizes)
+    magnitude &= mask_if(magnitude <= kInfinityBits);  // NaN: 0
     amax_bits = magnitude > amax_bits ? magnitude : amax_bits;
   }
   const float scale = quantization_scale(bits_float(amax_bits), power_of_two_scale);

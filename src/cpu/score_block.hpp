@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "number_formats.hpp"
+
 namespace dsa::detail::cpu {
 
 // Keys scored together: two AVX-512 vectors of 16 float lanes, or four
@@ -14,10 +16,7 @@ inline constexpr int kBlockKeys = 32;
 // and 2w + 1 (high half). Every e4m3 value is exact in bf16, and the product
 // of two is exact in float32.
 inline std::uint32_t bf16_pair(float even, float odd) {
-  std::uint32_t low, high;
-  __builtin_memcpy(&low, &even, sizeof low);
-  __builtin_memcpy(&high, &odd, sizeof high);
-  return (low >> 16) | (high & 0xFFFF0000u);
+  return (float_bits(even) >> 16) | (float_bits(odd) & 0xFFFF0000u);
 }
 
 // The inputs of one block and row:
