@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(topk_impl::kThreads, 2)
     select_listed_kernel(topk_impl::TopkArgs args, CandidateLists lists, const std::int32_t* schedule,
                          int workers) {
   extern __shared__ __align__(16) unsigned char shared_base[];
-  auto& storage = *reinterpret_cast<topk_impl::SharedStorage*>(shared_base);
+  auto& storage = *reinterpret_cast<topk_impl::ListedStorage*>(shared_base);
   const std::int64_t row = blockIdx.x;
   if (!topk_impl::schedule_is_monotone(schedule, workers)) {
     // The result is void (the error is recorded); leave no stale indices.
@@ -117,16 +117,7 @@ __global__ void __launch_bounds__(topk_impl::kThreads, 2)
     }
     return;
   }
-  const int draft = static_cast<int>(row % lists.rows_per_unit);
-  const std::int64_t unit = row / lists.rows_per_unit;
-  const topk_impl::ListedRanks source{lists,
-                                     schedule,
-                                     topk_impl::first_worker_past(schedule, workers, unit, false),
-                                     topk_impl::first_worker_past(schedule, workers, unit, true),
-                                     row,
-                                     unit,
-                                     draft};
-  topk_impl::select_listed_row(args, source, storage);
+  topk_impl::select_listed_row(args, lists, schedule, workers, row, storage);
 }
 
 // The top-k problem of the selection step: the rows' lengths and the output.
@@ -186,7 +177,7 @@ Status fused_index_topk(const IndexTopkProblem& p, const ExecContext& ctx) {
 
   const topk_impl::TopkArgs args =
       topk_impl::topk_args(selection_problem(p, lengths, nullptr, 0), error_record(ctx));
-  constexpr int kSharedBytes = sizeof(topk_impl::SharedStorage);
+  constexpr int kSharedBytes = sizeof(topk_impl::ListedStorage);
   DSA_CUDA_CHECK(cudaFuncSetAttribute(select_listed_kernel,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
   select_listed_kernel<<<static_cast<unsigned>(rows), topk_impl::kThreads, kSharedBytes, stream>>>(

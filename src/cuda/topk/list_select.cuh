@@ -5,6 +5,12 @@
 // listed in, and ranks are unique, so the result is that of topk on the
 // logits: the same set, bit for bit with sorted output (unsorted output is in
 // position order here).
+//
+// A row's lists are read as one sequence of ranks, through a table in shared
+// memory of where each list lies in it: every thread keeps kLoadsAhead loads
+// in flight whatever the number and sizes of the lists, where reading them
+// one after another would wait for each list's count, then for each of its
+// batches, on every pass of the narrowing.
 #pragma once
 
 #include <cstdint>
@@ -15,79 +21,160 @@
 
 namespace dsa::detail::cuda::topk_impl {
 
-// The ranks of one row's lists: the row's own lists (one per part), then
-// those of the workers whose range starts inside the row's unit (schedule
-// entries (unit, chunk > 0), which lie in [first_worker, end_worker) of a
-// monotone schedule).
+// Lists one table holds: one per thread, which fills its entry.
+inline constexpr int kTableLists = kThreads;
+
+// Up to kTableLists of a row's lists laid end to end: entry e holds ranks
+// [ends[e - 1], ends[e]) of the sequence (from 0 for e = 0), rank i at
+// address origins[e] + i * sizeof(Rank) (its list's first rank, less the
+// ranks before it: one multiply-add per rank).
+struct ListTable {
+  std::uintptr_t origins[kTableLists];
+  int ends[kTableLists];
+  int warp_sums[kWarps];  // the scan's
+  // The row's, kept here rather than in the passes' registers (ListedRanks):
+  int first_worker;
+  int slots;
+  int total;  // ranks over every window
+};
+
+// Dynamic shared memory of the list selection's CTA.
+struct ListedStorage {
+  SharedStorage select;
+  ListTable table;
+};
+
+// The ranks of one row's lists. Its table slots are `parts` per candidate
+// (one per part): candidate 0 is the row itself (its own lists), candidate
+// c > 0 is worker table.first_worker + c - 1 (the workers whose schedule
+// entry lies in the row's unit), whose lists count when its range starts
+// inside the unit (schedule entry (unit, chunk > 0)). A row of at most
+// kTableLists slots keeps its table for every pass; a longer one is read in
+// windows of kTableLists slots, each table filled again on every pass.
 struct ListedRanks {
   const CandidateLists& lists;
   const std::int32_t* schedule;
-  int first_worker;
-  int end_worker;
   std::int64_t row;
-  std::int64_t unit;
-  int draft;  // the row's index within its unit
+  ListTable& table;
 
-  // g(list index) for each of the row's lists.
-  template <typename G>
-  __device__ void for_each_list(G&& g) const {
-    for (int part = 0; part < lists.parts; ++part) {
-      g(candidate_list_index(lists, row - draft, draft, false, 0, part));
+  // Fills the table with slots [first, first + kTableLists) and returns how
+  // many ranks they hold: the schedule entries and counts are loaded
+  // together, one slot per thread, then scanned. Every thread calls it.
+  __device__ int load_window(int first) const {
+    const int slot = first + static_cast<int>(threadIdx.x);
+    const int candidate = slot / lists.parts;
+    const int part = slot % lists.parts;
+    const int worker = table.first_worker + candidate - 1;
+    const int draft = static_cast<int>(row % lists.rows_per_unit);
+    std::int64_t list = -1;
+    if (candidate == 0) {
+      list = candidate_list_index(lists, row - draft, draft, false, 0, part);
+    } else if (slot < table.slots && schedule_entry(schedule, worker).chunk != 0) {
+      list = candidate_list_index(lists, row - draft, draft, true, worker, part);
     }
-    for (int w = first_worker; w < end_worker; ++w) {
-      const WorkItem start = schedule_entry(schedule, w);
-      if (start.unit != unit || start.chunk == 0) continue;
-      for (int part = 0; part < lists.parts; ++part) {
-        g(candidate_list_index(lists, row - draft, draft, true, w, part));
+    const int count = list >= 0 ? lists.counts[list] : 0;
+    // An empty entry's ranks are never read: any list serves.
+    const Rank* ranks = lists.ranks + max(list, std::int64_t{0}) * kListCapacity;
+    int window_total = 0;
+    // No entry is written before the scan's barrier, which every thread
+    // reaches only once done with the previous window.
+    const int start = block_exclusive_sum(count, table.warp_sums, &window_total);
+    table.origins[threadIdx.x] =
+        reinterpret_cast<std::uintptr_t>(ranks) - static_cast<std::uintptr_t>(start) * sizeof(Rank);
+    table.ends[threadIdx.x] = start + count;
+    __syncthreads();
+    return window_total;
+  }
+
+  // f(rank, valid) over the `count` ranks of the table, as
+  // CandidateRanks::for_each: every lane calls f equally often. A slot is
+  // loaded again as soon as its rank is taken, so that kLoadsAhead loads stay
+  // in flight while the ranks are consumed.
+  template <typename F>
+  __device__ void walk_table(int count, F&& f) const {
+    if (count == 0) return;  // no last rank to read again (below)
+    // The entry of this thread's rank, searched onwards from the last one:
+    // a thread's ranks only grow, so it steps through each list once.
+    int entry = 0;
+    int entry_end = table.ends[0];
+    std::uintptr_t entry_origin = table.origins[0];
+    const auto load_rank = [&](int i) {
+      // Past the end the last rank is read again (and passed as invalid):
+      // no branch around the load, and the search stops inside the table.
+      i = min(i, count - 1);
+      while (i >= entry_end) {
+        ++entry;
+        entry_end = table.ends[entry];
+        entry_origin = table.origins[entry];
+      }
+      const std::uintptr_t address = entry_origin + static_cast<unsigned>(i) * sizeof(Rank);
+      return __ldg(reinterpret_cast<const Rank*>(address));
+    };
+    Rank ahead[kLoadsAhead];
+#pragma unroll
+    for (int u = 0; u < kLoadsAhead; ++u) {
+      ahead[u] = load_rank(u * kThreads + static_cast<int>(threadIdx.x));
+    }
+    for (int base = 0; base < count; base += kThreads * kLoadsAhead) {
+#pragma unroll
+      for (int u = 0; u < kLoadsAhead; ++u) {
+        const int i = base + u * kThreads + static_cast<int>(threadIdx.x);
+        const Rank rank = ahead[u];
+        ahead[u] = load_rank(i + kThreads * kLoadsAhead);
+        f(rank, i < count);
       }
     }
   }
 
-  __device__ int total() const {
-    int count = 0;
-    for_each_list([&](std::int64_t index) { count += lists.counts[index]; });
-    return count;
-  }
+  __device__ int total() const { return table.total; }
 
   // As CandidateRanks::for_each, kLoadsAhead loads in flight per thread.
   template <typename F>
   __device__ void for_each(F&& f) const {
-    for_each_list([&](std::int64_t index) {
-      const Rank* ranks = lists.ranks + index * kListCapacity;
-      const int count = lists.counts[index];
-      for (int base = 0; base < count; base += kThreads * kLoadsAhead) {
-        Rank batch[kLoadsAhead];
-#pragma unroll
-        for (int u = 0; u < kLoadsAhead; ++u) {
-          const int i = base + u * kThreads + static_cast<int>(threadIdx.x);
-          batch[u] = i < count ? ranks[i] : Rank{0};
-        }
-#pragma unroll
-        for (int u = 0; u < kLoadsAhead; ++u) {
-          f(batch[u], base + u * kThreads + static_cast<int>(threadIdx.x) < count);
-        }
-      }
-    });
+    if (table.slots <= kTableLists) {
+      walk_table(total(), f);
+      return;
+    }
+    for (int first = 0; first < table.slots; first += kTableLists) walk_table(load_window(first), f);
   }
 };
 
-// The first worker whose schedule entry's unit is >= unit (> unit with
-// `after`), by bisection over the monotone schedule (any other schedule was
-// reported by the scoring; the search stays in bounds either way).
-__device__ inline int first_worker_past(const std::int32_t* schedule, int workers, std::int64_t unit,
-                                        bool after) {
-  int low = 0;
-  int high = workers;
-  while (low < high) {
-    const int middle = (low + high) / 2;
-    const std::int64_t entry = schedule_entry(schedule, middle).unit;
-    if (after ? entry <= unit : entry < unit) {
-      low = middle + 1;
-    } else {
-      high = middle;
-    }
+// The workers whose schedule entry lies in unit `unit`: [*first, *end) of a
+// monotone schedule (schedule_is_monotone), counted by a thread per worker
+// rather than searched, which would wait for one load after another. Every
+// thread of the CTA calls it.
+__device__ inline void workers_in_unit(const std::int32_t* schedule, int workers, std::int64_t unit,
+                                       int* first, int* end) {
+  int before = 0;
+  int through = 0;
+  for (int base = 0; base < workers; base += kThreads) {
+    const int w = base + static_cast<int>(threadIdx.x);
+    const std::int64_t entry_unit = w < workers ? schedule_entry(schedule, w).unit : unit + 1;
+    before += __syncthreads_count(entry_unit < unit);
+    through += __syncthreads_count(entry_unit <= unit);
   }
-  return low;
+  *first = before;
+  *end = through;
+}
+
+// Row `row`'s lists, their table loaded (its only window, or each window in
+// turn to count the ranks). Every thread of the CTA calls it.
+__device__ inline ListedRanks listed_ranks(const CandidateLists& lists, const std::int32_t* schedule,
+                                           int workers, std::int64_t row, ListTable& table) {
+  int first_worker = 0;
+  int end_worker = 0;
+  workers_in_unit(schedule, workers, row / lists.rows_per_unit, &first_worker, &end_worker);
+  if (threadIdx.x == 0) {
+    table.first_worker = first_worker;
+    table.slots = (1 + end_worker - first_worker) * lists.parts;
+  }
+  __syncthreads();
+  const ListedRanks source{lists, schedule, row, table};
+  int total = 0;
+  for (int first = 0; first < table.slots; first += kTableLists) total += source.load_window(first);
+  if (threadIdx.x == 0) table.total = total;
+  __syncthreads();
+  return source;
 }
 
 // False when some worker's schedule entry comes before its predecessor's: then
@@ -102,16 +189,19 @@ __device__ inline bool schedule_is_monotone(const std::int32_t* schedule, int wo
   return __syncthreads_and(ordered) != 0;
 }
 
-// Row `row` (its selection length in a.lengths) into a.indices.
-__device__ inline void select_listed_row(const TopkArgs& a, const ListedRanks& source,
-                                         SharedStorage& sm) {
-  const std::int64_t row = source.row;
+// Row `row` (its selection length in a.lengths) into a.indices, from the
+// lists of a monotone schedule.
+__device__ inline void select_listed_row(const TopkArgs& a, const CandidateLists& lists,
+                                         const std::int32_t* schedule, int workers, std::int64_t row,
+                                         ListedStorage& storage) {
+  SharedStorage& sm = storage.select;
   const int length = a.lengths[row * a.lengths_stride];
   std::int32_t* out = a.indices + row * a.indices_stride;
   if (length <= a.k) {
     write_all_positions(a, row, length, out);
     return;
   }
+  const ListedRanks source = listed_ranks(lists, schedule, workers, row, storage.table);
   if (source.total() < a.k) {
     // Only a run whose schedule the scoring reported (one that leaves
     // positions unscored, such as a trailer of another batch) lists fewer
