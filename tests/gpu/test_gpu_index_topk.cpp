@@ -240,6 +240,10 @@ std::vector<FusedCase> fused_cases() {
     FusedCase* c = add("n6_two_lists_per_selector", 2, 6, {40000, 30000});
     c->workers = 4;
   }
+  // One request over every worker: at next_n = 1 its row has four lists per
+  // worker, over 512 from 128 workers on (528 with 132), so the selection
+  // reads them in windows of 512 lists.
+  add("n1_one_request_every_worker", 1, 1, {100000});
   return cases;
 }
 
