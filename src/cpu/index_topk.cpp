@@ -62,15 +62,16 @@ Status index_topk(const IndexTopkProblem& p, bool parallel, const ExecContext& c
     const std::int64_t first_row = group_index * group_rows;
     s.values.resize(static_cast<std::size_t>(group_rows));
     // Rows no longer than k select every position without scores.
-    const auto needs_scores = [&](std::int64_t i) { return topk_length(p, first_row + i) > p.k; };
+    const auto needs_scores = [&](std::int64_t length) { return length > p.k; };
     if (grouped) {
       s.group.load(scorer, first_row / scoring.next_n, first_row % scoring.next_n, group_rows);
       std::int64_t longest = 0;
       for (std::int64_t i = 0; i < group_rows; ++i) {
-        const std::int64_t length = needs_scores(i) ? topk_length(p, first_row + i) : 0;
-        s.group.lengths[static_cast<std::size_t>(i)] = length;
-        s.values[static_cast<std::size_t>(i)].resize(static_cast<std::size_t>(length));
-        longest = std::max(longest, length);
+        const std::int64_t length = topk_length(p, first_row + i);
+        const std::int64_t scored = needs_scores(length) ? length : 0;
+        s.group.lengths[static_cast<std::size_t>(i)] = scored;
+        s.values[static_cast<std::size_t>(i)].resize(static_cast<std::size_t>(scored));
+        longest = std::max(longest, scored);
       }
       score_group(scorer, 0, longest, &s.group,
                   [&](std::int64_t i, std::int64_t first, const float* values, std::int64_t count) {
@@ -83,7 +84,7 @@ Status index_topk(const IndexTopkProblem& p, bool parallel, const ExecContext& c
       const float* values = nullptr;
       if (staged) {
         values = static_cast<const float*>(scoring.logits) + row * scoring.logits_stride;
-      } else if (needs_scores(i)) {
+      } else if (needs_scores(length)) {
         std::vector<float>& buffer = s.values[static_cast<std::size_t>(i)];
         if (!grouped) {
           buffer.resize(static_cast<std::size_t>(length));
