@@ -50,7 +50,8 @@ Status index_topk(const TensorView& q, const TensorView& key_cache, const Tensor
 // With the fused strategy on CUDA the workspace does not grow with the context:
 // it holds candidate lists, 32 KiB per row plus 32 KiB per (worker, draft
 // row), times 4 / next_n rounded down for next_n < 4 (each row's pages are
-// split between that many lists). Sized here for the worst next_n and for
+// split between that many lists), and 16 KiB per row of sampled scores (the
+// thresholds that keep the lists short). Sized here for the worst next_n and for
 // schedules of at most one worker per multiprocessor of device 0 (a schedule
 // with more workers needs more; the call says how much).
 std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_context_len,

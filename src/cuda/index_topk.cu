@@ -5,10 +5,17 @@
 // [top-k lengths]. The top-k kernels record into the same record, where the
 // first violation (the scoring's, when it found one) stays.
 //
-// fused (Hopper): the selection kernel scores like the logits kernel but
-// leaves candidate lists (candidate_lists.hpp) instead of logits; one CTA per
-// row then selects from its lists. Workspace: [error record][top-k lengths]
-// [list counts][lists]; nothing in it grows with the context length.
+// fused (Hopper): a sampling pass scores a few tokens of every page
+// (row_samples.hpp; calls whose rows reach kSampledContext positions), and
+// each row's sample gives it a threshold. The selection kernel then scores
+// like the logits kernel but leaves, per row, candidate lists
+// (candidate_lists.hpp) of the values at or above the threshold instead of
+// logits; one CTA per row selects from its lists. A row whose lists hold
+// fewer than k ranks raises a flag, on which the selection kernel and the
+// list selection run again without thresholds (each CTA returns at once
+// when the flag is down). Workspace: [error record][top-k lengths][list
+// counts, flag][lists][samples][row samples][floors]; nothing in it grows
+// with the context length.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -21,7 +28,9 @@
 #include "cuda/hopper/logits_sm90.hpp"
 #include "cuda/launch_utils.hpp"
 #include "cuda/scoring_rules.cuh"
+#include "cuda/row_samples.hpp"
 #include "cuda/topk/list_select.cuh"
+#include "cuda/warp_scan.cuh"
 
 namespace dsa::detail::cuda {
 
@@ -53,60 +62,193 @@ WorkspacePlan plan_workspace(std::int64_t rows, std::int64_t max_context_len) {
   return plan;
 }
 
-// The length each row selects among: topk_lens[r] (or the context length),
-// limited to the positions the scoring defined. Rows whose context length
-// breaks a rule select nothing (their logits are NaN and the violation is
-// recorded by the scoring); a top-k length beyond the context or negative is
-// recorded here.
+// The length row `row` selects among: topk_lens[row] (or the context
+// length), limited to the positions the scoring defined. Rows whose context
+// length breaks a rule select nothing (their logits are NaN and the violation
+// is recorded by the scoring); a top-k length beyond the context or negative
+// is recorded here.
+__device__ std::int32_t selection_length(const LogitsProblem& p, const std::int32_t* topk_lens,
+                                         std::int64_t topk_lens_stride, std::int64_t row,
+                                         DeviceErrorRecord* record) {
+  const std::int64_t b = row / p.next_n;
+  const std::int64_t j = row % p.next_n;
+  const std::int64_t context = usable_length(p, b, j);
+  std::int64_t length = context;
+  if (topk_lens != nullptr) {
+    length = topk_lens[row * topk_lens_stride];
+    if (length < 0) {
+      report_device_error(record, kNegativeLength, row, length, 0);
+      length = 0;
+    } else if (length > row_length(p.lens, b, j)) {
+      report_device_error(record, kTopkLengthBeyondContext, row, length, row_length(p.lens, b, j));
+    }
+    length = std::min(length, context);
+  }
+  return static_cast<std::int32_t>(length);
+}
+
 __global__ void topk_lengths_kernel(LogitsProblem p, const std::int32_t* topk_lens,
                                     std::int64_t topk_lens_stride, std::int32_t* out,
                                     DeviceErrorRecord* record) {
   const std::int64_t rows = p.batch * p.next_n;
   for (std::int64_t row = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; row < rows;
        row += std::int64_t{gridDim.x} * blockDim.x) {
-    const std::int64_t b = row / p.next_n;
-    const std::int64_t j = row % p.next_n;
-    const std::int64_t context = usable_length(p, b, j);
-    std::int64_t length = context;
-    if (topk_lens != nullptr) {
-      length = topk_lens[row * topk_lens_stride];
-      if (length < 0) {
-        report_device_error(record, kNegativeLength, row, length, 0);
-        length = 0;
-      } else if (length > row_length(p.lens, b, j)) {
-        report_device_error(record, kTopkLengthBeyondContext, row, length, row_length(p.lens, b, j));
-      }
-      length = std::min(length, context);
-    }
-    out[row] = static_cast<std::int32_t>(length);
+    out[row] = selection_length(p, topk_lens, topk_lens_stride, row, record);
   }
 }
 
-// Fused workspace: [error record][top-k lengths][list counts][lists].
+// ---- thresholds from the samples (fused) --------------------------------------
+
+constexpr int kThresholdThreads = 256;
+constexpr int kThresholdKeysPerThread = kSampleCapacity / kThresholdThreads;
+constexpr int kDigitBins = 256;
+
+struct ThresholdStorage {
+  int histogram[kDigitBins];
+  int digit;
+  int remaining;
+  std::int32_t length;
+};
+
+// The r-th largest (r >= 1) of the keys the CTA holds (`valid` of them per
+// thread at most; the others are ignored), by one 8-bit digit at a time from
+// the top. Every thread calls it.
+__device__ std::uint32_t rth_largest_key(const std::uint32_t (&keys)[kThresholdKeysPerThread],
+                                         const bool (&valid)[kThresholdKeysPerThread], int r,
+                                         ThresholdStorage& storage) {
+  const int thread = static_cast<int>(threadIdx.x);
+  const int lane = thread % 32;
+  std::uint32_t prefix = 0;
+  std::uint32_t prefix_mask = 0;
+  int remaining = r;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int bin = thread; bin < kDigitBins; bin += kThresholdThreads) storage.histogram[bin] = 0;
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kThresholdKeysPerThread; ++i) {
+      // A row's samples mostly share their top digits: the lanes with lane
+      // 0's digit add together, the others one by one.
+      const int bin = valid[i] && (keys[i] & prefix_mask) == prefix
+                          ? static_cast<int>((keys[i] >> shift) & (kDigitBins - 1))
+                          : -1;
+      const int common = __shfl_sync(0xffffffffu, bin, 0);
+      const unsigned peers = __ballot_sync(0xffffffffu, bin == common);
+      if (bin >= 0 && bin != common) atomicAdd(&storage.histogram[bin], 1);
+      if (lane == 0 && common >= 0) atomicAdd(&storage.histogram[common], __popc(peers));
+    }
+    __syncthreads();
+    if (thread < 32) {
+      // Lane l holds bins 255 - 8 l down to 248 - 8 l: lanes in order count from the top.
+      constexpr int kBinsPerLane = kDigitBins / 32;
+      int counts[kBinsPerLane];
+      int sum = 0;
+#pragma unroll
+      for (int m = 0; m < kBinsPerLane; ++m) {
+        counts[m] = storage.histogram[kDigitBins - 1 - kBinsPerLane * lane - m];
+        sum += counts[m];
+      }
+      const int inclusive = warp_inclusive_sum(sum);
+      int running = inclusive - sum;
+      if (running < remaining && remaining <= inclusive) {
+#pragma unroll
+        for (int m = 0; m < kBinsPerLane; ++m) {
+          if (running < remaining && remaining <= running + counts[m]) {
+            storage.digit = kDigitBins - 1 - kBinsPerLane * lane - m;
+            storage.remaining = remaining - running;
+          }
+          running += counts[m];
+        }
+      }
+    }
+    __syncthreads();
+    prefix |= static_cast<std::uint32_t>(storage.digit) << shift;
+    prefix_mask |= static_cast<std::uint32_t>(kDigitBins - 1) << shift;
+    remaining = storage.remaining;
+    __syncthreads();  // the digit is read before the next round writes it
+  }
+  return prefix;
+}
+
+// One CTA per row: the row's selection length, and with samples its floor
+// (the lowest rank its lists take): the threshold_rank-th largest of its
+// samples below that length, or 0 (no floor). Also clears the list counts
+// and the flag.
+__global__ void __launch_bounds__(kThresholdThreads)
+    sample_thresholds_kernel(LogitsProblem p, const std::int32_t* topk_lens,
+                             std::int64_t topk_lens_stride, int k, hopper::RowSamples samples,
+                             std::int32_t* lengths, topk_impl::Rank* floors, std::int32_t* counts,
+                             std::int64_t counts_to_clear, DeviceErrorRecord* record) {
+  __shared__ ThresholdStorage storage;
+  const std::int64_t row = blockIdx.x;
+  const int thread = static_cast<int>(threadIdx.x);
+  for (std::int64_t i = row * kThresholdThreads + thread; i < counts_to_clear;
+       i += std::int64_t{gridDim.x} * kThresholdThreads) {
+    counts[i] = 0;
+  }
+  if (thread == 0) {
+    storage.length = selection_length(p, topk_lens, topk_lens_stride, row, record);
+    lengths[row] = storage.length;
+  }
+  __syncthreads();
+  if (samples.rows == nullptr) return;  // no sample: no floors
+  const std::int32_t length = storage.length;
+  const RowSample sample = samples.rows[row];
+  const std::int32_t valid_samples =
+      length > k ? min(sample.valid, samples_below(sample.map, length)) : 0;
+  const std::int32_t r = threshold_rank(valid_samples, length, k);
+  if (r == 0) {
+    if (thread == 0) floors[row] = 0;
+    return;
+  }
+  std::uint32_t keys[kThresholdKeysPerThread];
+  bool valid[kThresholdKeysPerThread];
+  const float* values = samples.values + row * kSampleCapacity;
+#pragma unroll
+  for (int i = 0; i < kThresholdKeysPerThread; ++i) {
+    const int u = thread + kThresholdThreads * i;
+    valid[i] = u < valid_samples;
+    keys[i] = valid[i] ? topk_impl::OrderedKey<std::uint32_t>::from_bits(__float_as_uint(values[u])) : 0u;
+  }
+  const std::uint32_t key = rth_largest_key(keys, valid, r, storage);
+  if (thread == 0) floors[row] = topk_impl::rank_of(key, 0xffffffffu);
+}
+
+// Fused workspace: [error record][top-k lengths][list counts, flag][lists]
+// [samples][row samples][floors].
 struct FusedPlan {
   std::size_t lengths_offset = 0;
   std::size_t counts_offset = 0;
-  std::size_t counts_bytes = 0;
+  std::int64_t counts = 0;  // list counts, then the flag
   std::size_t lists_offset = 0;
+  std::size_t samples_offset = 0;
+  std::size_t row_samples_offset = 0;
+  std::size_t floors_offset = 0;
   std::size_t total = 0;
 };
 
 FusedPlan plan_fused_workspace(std::int64_t rows, int workers, int rows_per_unit) {
   const std::int64_t lists = candidate_list_count(rows, rows_per_unit, workers);
+  const auto bytes = [](std::int64_t count, std::size_t size) {
+    return align_workspace(static_cast<std::size_t>(count) * size);
+  };
   FusedPlan plan;
   plan.lengths_offset = kDeviceErrorRecordBytes;
-  plan.counts_offset =
-      plan.lengths_offset + align_workspace(static_cast<std::size_t>(rows) * sizeof(std::int32_t));
-  plan.counts_bytes = static_cast<std::size_t>(lists) * sizeof(std::int32_t);
-  plan.lists_offset = plan.counts_offset + align_workspace(plan.counts_bytes);
-  plan.total = plan.lists_offset + static_cast<std::size_t>(lists) * kListCapacity *
-                                       sizeof(topk_impl::Rank);
+  plan.counts_offset = plan.lengths_offset + bytes(rows, sizeof(std::int32_t));
+  plan.counts = lists;
+  plan.lists_offset = plan.counts_offset + bytes(lists + 1, sizeof(std::int32_t));
+  plan.samples_offset = plan.lists_offset + bytes(lists * kListCapacity, sizeof(topk_impl::Rank));
+  plan.row_samples_offset = plan.samples_offset + bytes(rows * kSampleCapacity, sizeof(float));
+  plan.floors_offset = plan.row_samples_offset + bytes(rows, sizeof(RowSample));
+  plan.total = plan.floors_offset + bytes(rows, sizeof(topk_impl::Rank));
   return plan;
 }
 
+// run_if: as CandidateSelection's; short_rows: raised when a row's lists
+// hold fewer than k ranks (nullptr: not watched).
 __global__ void __launch_bounds__(topk_impl::kThreads, 2)
     select_listed_kernel(topk_impl::TopkArgs args, CandidateLists lists, const std::int32_t* schedule,
-                         int workers) {
+                         int workers, const std::int32_t* run_if, std::int32_t* short_rows) {
+  if (run_if != nullptr && *run_if == 0) return;
   extern __shared__ __align__(16) unsigned char shared_base[];
   auto& storage = *reinterpret_cast<topk_impl::ListedStorage*>(shared_base);
   const std::int64_t row = blockIdx.x;
@@ -117,7 +259,7 @@ __global__ void __launch_bounds__(topk_impl::kThreads, 2)
     }
     return;
   }
-  topk_impl::select_listed_row(args, lists, schedule, workers, row, storage);
+  topk_impl::select_listed_row(args, lists, schedule, workers, row, short_rows, storage);
 }
 
 // The top-k problem of the selection step: the rows' lengths and the output.
@@ -154,36 +296,63 @@ Status launch_topk_lengths(const IndexTopkProblem& p, std::int32_t* lengths, con
   return Status::success();
 }
 
+Status launch_select_listed(const topk_impl::TopkArgs& args, const CandidateLists& lists,
+                            const LogitsProblem& p, const std::int32_t* run_if,
+                            std::int32_t* short_rows, cudaStream_t stream) {
+  constexpr int kSharedBytes = sizeof(topk_impl::ListedStorage);
+  DSA_CUDA_CHECK(cudaFuncSetAttribute(select_listed_kernel,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
+  select_listed_kernel<<<static_cast<unsigned>(p.rows()), topk_impl::kThreads, kSharedBytes, stream>>>(
+      args, lists, p.schedule, p.num_workers, run_if, short_rows);
+  DSA_CUDA_CHECK_LAUNCH("select_listed_kernel");
+  return Status::success();
+}
+
 Status fused_index_topk(const IndexTopkProblem& p, const ExecContext& ctx) {
   const std::int64_t rows = p.logits.rows();
+  if (rows == 0) return Status::success();
   const FusedPlan plan = plan_fused_workspace(rows, p.logits.num_workers, p.logits.rows_per_unit());
   unsigned char* workspace = static_cast<unsigned char*>(ctx.workspace.data);
   const cudaStream_t stream = stream_of(ctx);
   auto* lengths = reinterpret_cast<std::int32_t*>(workspace + plan.lengths_offset);
-  DSA_RETURN_IF_ERROR(launch_topk_lengths(p, lengths, ctx));
-  if (rows == 0) return Status::success();
+  auto* counts = reinterpret_cast<std::int32_t*>(workspace + plan.counts_offset);
+  std::int32_t* short_rows = counts + plan.counts;  // the flag
+  auto* floors = reinterpret_cast<topk_impl::Rank*>(workspace + plan.floors_offset);
+
+  hopper::RowSamples samples;
+  const bool sampled = p.logits.max_context_len >= kSampledContext;
+  if (sampled) {
+    samples.values = reinterpret_cast<float*>(workspace + plan.samples_offset);
+    samples.rows = reinterpret_cast<RowSample*>(workspace + plan.row_samples_offset);
+    DSA_RETURN_IF_ERROR(hopper::paged_mqa_samples(p.logits, samples, ctx));
+  }
+  // A list no worker writes reads as empty: the counts (and the flag) start at 0.
+  sample_thresholds_kernel<<<static_cast<unsigned>(rows), kThresholdThreads, 0, stream>>>(
+      p.logits, p.topk_lens, p.topk_lens_stride, p.k, samples, lengths, floors, counts,
+      plan.counts + 1, error_record(ctx));
+  DSA_CUDA_CHECK_LAUNCH("sample_thresholds_kernel");
 
   hopper::CandidateSelection selection;
   selection.lengths = lengths;
   selection.k = p.k;
   selection.lists.ranks = reinterpret_cast<topk_impl::Rank*>(workspace + plan.lists_offset);
-  selection.lists.counts = reinterpret_cast<std::int32_t*>(workspace + plan.counts_offset);
+  selection.lists.counts = counts;
   selection.lists.rows = rows;
   selection.lists.rows_per_unit = p.logits.rows_per_unit();
   selection.lists.parts = list_parts(selection.lists.rows_per_unit);
-  // A list no worker writes reads as empty.
-  DSA_CUDA_CHECK(cudaMemsetAsync(selection.lists.counts, 0, plan.counts_bytes, stream));
+  selection.floors = sampled ? floors : nullptr;
   DSA_RETURN_IF_ERROR(hopper::paged_mqa_candidates(p.logits, selection, ctx));
-
   const topk_impl::TopkArgs args =
       topk_impl::topk_args(selection_problem(p, lengths, nullptr, 0), error_record(ctx));
-  constexpr int kSharedBytes = sizeof(topk_impl::ListedStorage);
-  DSA_CUDA_CHECK(cudaFuncSetAttribute(select_listed_kernel,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
-  select_listed_kernel<<<static_cast<unsigned>(rows), topk_impl::kThreads, kSharedBytes, stream>>>(
-      args, selection.lists, p.logits.schedule, p.logits.num_workers);
-  DSA_CUDA_CHECK_LAUNCH("select_listed_kernel");
-  return Status::success();
+  DSA_RETURN_IF_ERROR(launch_select_listed(args, selection.lists, p.logits, nullptr,
+                                           sampled ? short_rows : nullptr, stream));
+  if (!sampled) return Status::success();
+
+  // Rows the thresholds left short: everything again, without them.
+  selection.floors = nullptr;
+  selection.run_if = short_rows;
+  DSA_RETURN_IF_ERROR(hopper::paged_mqa_candidates(p.logits, selection, ctx));
+  return launch_select_listed(args, selection.lists, p.logits, short_rows, nullptr, stream);
 }
 
 }  // namespace

@@ -2,15 +2,19 @@
 // paged_mqa_logits followed by topk gives (bitwise with sorted output, as
 // sets per row otherwise), including rows split over many workers, workers
 // that walk several requests, long rows whose candidate lists are compacted
-// many times, ties, logits that overflow, and rows no longer than k.
+// many times, ties, logits that overflow, rows no longer than k, and rows
+// whose sampled thresholds admit fewer than k positions.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "cuda/row_samples.hpp"
 #include "gpu/gpu_test_support.hpp"
 
 namespace dsa_test::gpu {
@@ -157,7 +161,49 @@ struct FusedCase {
   bool zero_weights = false;  // every logit 0: the winners are the first positions
   float weight_scale = 1.0f;  // large: logits overflow
   float first_request_scale = 1.0f;  // request 0's weights only
+  // The cached scale of every token the fused sampling pass scores, times
+  // this: samples far above the rest of their rows, whose thresholds then
+  // admit fewer than k positions (the rows are selected again without them).
+  float sampled_scale = 1.0f;
 };
+
+namespace sampling = dsa::detail::cuda;
+
+// Each request's sampled tokens (row_samples.hpp) with their cached scale times `factor`.
+void scale_sampled_tokens(Workload& w, float factor) {
+  for (std::int64_t b = 0; b < w.batch; ++b) {
+    const sampling::SampleMap map = sampling::sample_map(w.needed_pages(b));
+    for (std::int32_t u = 0; u < map.count; ++u) {
+      const std::int64_t position = sampling::sample_position(map, u);
+      const std::int64_t page = w.block_table[b * w.max_blocks + position / dsa::kPageTokens];
+      float scale = 0.0f;
+      std::uint8_t* at = w.cache.data() + w.geometry.scale_byte(page * dsa::kPageTokens + position % dsa::kPageTokens);
+      std::memcpy(&scale, at, sizeof scale);
+      scale *= factor;
+      std::memcpy(at, &scale, sizeof scale);
+    }
+  }
+}
+
+// Rows whose sampled threshold (row_samples.hpp, on the reference logits)
+// admits fewer than k of their positions.
+int rows_short_of_k(const Workload& w, const std::vector<float>& logits, int k) {
+  int short_rows = 0;
+  for (std::int64_t row = 0; row < w.rows(); ++row) {
+    const std::int64_t length = w.causal_lens[row];
+    const sampling::SampleMap map = sampling::sample_map(w.needed_pages(row / w.next_n));
+    const std::int32_t samples = sampling::samples_below(map, length);
+    const std::int32_t r = sampling::threshold_rank(samples, length, k);
+    if (r == 0) continue;
+    const float* values = logits.data() + row * w.max_context_len;
+    std::vector<float> sampled;
+    for (std::int32_t u = 0; u < samples; ++u) sampled.push_back(values[sampling::sample_position(map, u)]);
+    std::nth_element(sampled.begin(), sampled.begin() + (r - 1), sampled.end(), std::greater<float>());
+    const float threshold = sampled[r - 1];
+    if (std::count_if(values, values + length, [&](float v) { return v >= threshold; }) < k) ++short_rows;
+  }
+  return short_rows;
+}
 
 // Each row's k entries in increasing order: unsorted output is a set.
 std::vector<std::int32_t> sorted_rows(std::vector<std::int32_t> indices, int k) {
@@ -244,6 +290,22 @@ std::vector<FusedCase> fused_cases() {
   // worker, over 512 from 128 workers on (528 with 132), so the selection
   // reads them in windows of 512 lists.
   add("n1_one_request_every_worker", 1, 1, {100000});
+  // Rows long enough for the sampling pass, spread over every worker (a
+  // page or two each): short enough for the sanitizers.
+  add("sampled_every_worker_n2", 2, 2, {17000, 3000});
+  {
+    // Every logit 0 past the sampling threshold: the threshold admits every
+    // position, and the lists compact as without one.
+    FusedCase* c = add("ties_sampled_n1", 1, 1, {20000});
+    c->zero_weights = true;
+    c->workers = 3;
+  }
+  {
+    // Sampled tokens scoring far above the others: rows selected again.
+    FusedCase* c = add("misleading_samples_n2", 3, 2, {30000, 50000, 12000});
+    c->sampled_scale = 64.0f;
+    c->workers = 7;
+  }
   return cases;
 }
 
@@ -256,6 +318,7 @@ TEST_P(GpuFusedIndexTopk, EqualsLogitsThenTopk) {
   if (c.zero_weights) std::fill(w.weights.begin(), w.weights.end(), 0.0f);
   for (float& weight : w.weights) weight *= c.weight_scale;
   for (std::int64_t i = 0; i < std::int64_t{w.next_n} * w.heads; ++i) w.weights[i] *= c.first_request_scale;
+  if (c.sampled_scale != 1.0f) scale_sampled_tokens(w, c.sampled_scale);
   const DeviceWorkload dw(w);
   const std::int64_t rows = w.rows();
   const int k = c.k;
@@ -269,6 +332,10 @@ TEST_P(GpuFusedIndexTopk, EqualsLogitsThenTopk) {
   const dsa::DeviceBuffer schedule = plan_on_device(dw, workers, c.path, gpu.ctx);
 
   const dsa::DeviceBuffer logits = reference_logits(dw, schedule, c.path, gpu.ctx);
+  if (c.sampled_scale != 1.0f) {
+    // The case is only worth its name if some threshold does fall short.
+    EXPECT_GT(rows_short_of_k(w, host_copy<float>(logits), k), 0) << c.name;
+  }
   for (bool sorted : {true, false}) {
     for (bool physical : {false, true}) {
       const std::vector<std::int32_t> expected = reference_indices(dw, logits, k, sorted, physical, gpu.ctx);

@@ -264,10 +264,13 @@ __device__ void close_lists(const CandidateLists& lists, const UnitLists<kRows>&
 
 // Opens the lists of the unit whose first logits row is first_row (see
 // candidate_lists.hpp for which ones); a row whose selection length is at
-// most k gets none (every position wins).
+// most k gets none (every position wins). With floors, a row's lists start
+// at its floor (the sampled threshold, row_samples.hpp) instead of the
+// lowest rank.
 template <int kRows>
-__device__ void open_lists(const CandidateLists& lists, const std::int32_t* select_lengths, int k,
-                           std::int64_t first_row, bool starts_inside, UnitLists<kRows>& unit) {
+__device__ void open_lists(const CandidateLists& lists, const std::int32_t* select_lengths,
+                           const Rank* floors, int k, std::int64_t first_row, bool starts_inside,
+                           UnitLists<kRows>& unit) {
   unit.first_row = first_row;
   unit.starts_inside = starts_inside;
 #pragma unroll
@@ -283,6 +286,10 @@ __device__ void open_lists(const CandidateLists& lists, const std::int32_t* sele
         lists.ranks + candidate_list_index(lists, first_row, j, starts_inside,
                                            static_cast<int>(blockIdx.x), unit.part()) *
                           kListCapacity;
+    if (floors != nullptr) {
+      unit.rows[r].floor = floors[first_row + j];
+      unit.rows[r].floor_value = topk_impl::float_of_key(topk_impl::key_of(unit.rows[r].floor));
+    }
   }
 }
 

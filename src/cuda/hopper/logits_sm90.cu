@@ -6,19 +6,18 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/hopper/logits_sm90_kernel.cuh"
+#include "cuda/hopper/sample_scores_kernel.cuh"
 #include "cuda/launch_utils.hpp"
 
 namespace dsa::detail::cuda::hopper {
 
 namespace {
-
-// Columns of one wgmma pass (draft rows x heads); 128 keeps a consumer's
-// accumulator set within its register budget.
-constexpr int kPassColumns = 128;
 
 Status encode_failure(const char* what, CUresult result) {
   return {ErrorCode::cuda_error, std::string("paged_mqa_logits: encoding the ") + what +
@@ -108,7 +107,7 @@ Status launch(const LogitsKernelParams& params, const ExecContext& ctx, const CU
               const CUtensorMap& query_map) {
   using Layout = SharedLayout<kRows, kHeads, kSelect>;
   constexpr int kSharedBytes = Layout::launch_bytes;
-  auto* kernel = &paged_logits_sm90_kernel<kRows, kHeads, kPassColumns, kSelect>;
+  auto* kernel = &paged_logits_sm90_kernel<kRows, kHeads, kScoringPassColumns, kSelect>;
   DSA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
   kernel<<<static_cast<unsigned>(params.num_workers), Layout::kThreads, kSharedBytes,
@@ -118,22 +117,30 @@ Status launch(const LogitsKernelParams& params, const ExecContext& ctx, const CU
   return Status::success();
 }
 
-template <int kHeads, bool kSelect>
-Status launch_for_rows(int rows, const LogitsKernelParams& params, const ExecContext& ctx,
-                       const CUtensorMap& key_map, const CUtensorMap& query_map) {
+// Calls launch(std::integral_constant<int, rows>{}) for the kernels' row counts.
+template <typename Launch>
+Status for_rows(int rows, Launch&& launch) {
   switch (rows) {
-    case 1: return launch<1, kHeads, kSelect>(params, ctx, key_map, query_map);
-    case 2: return launch<2, kHeads, kSelect>(params, ctx, key_map, query_map);
-    case 3: return launch<3, kHeads, kSelect>(params, ctx, key_map, query_map);
-    case 4: return launch<4, kHeads, kSelect>(params, ctx, key_map, query_map);
-    case 5: return launch<5, kHeads, kSelect>(params, ctx, key_map, query_map);
-    case 6: return launch<6, kHeads, kSelect>(params, ctx, key_map, query_map);
-    case 7: return launch<7, kHeads, kSelect>(params, ctx, key_map, query_map);
-    case 8: return launch<8, kHeads, kSelect>(params, ctx, key_map, query_map);
+    case 1: return launch(std::integral_constant<int, 1>{});
+    case 2: return launch(std::integral_constant<int, 2>{});
+    case 3: return launch(std::integral_constant<int, 3>{});
+    case 4: return launch(std::integral_constant<int, 4>{});
+    case 5: return launch(std::integral_constant<int, 5>{});
+    case 6: return launch(std::integral_constant<int, 6>{});
+    case 7: return launch(std::integral_constant<int, 7>{});
+    case 8: return launch(std::integral_constant<int, 8>{});
     default: break;
   }
   return {ErrorCode::internal, "paged_mqa_logits: no Hopper kernel for " + std::to_string(rows) +
                                    " rows per unit"};
+}
+
+template <int kHeads, bool kSelect>
+Status launch_for_rows(int rows, const LogitsKernelParams& params, const ExecContext& ctx,
+                       const CUtensorMap& key_map, const CUtensorMap& query_map) {
+  return for_rows(rows, [&](auto rows_constant) {
+    return launch<decltype(rows_constant)::value, kHeads, kSelect>(params, ctx, key_map, query_map);
+  });
 }
 
 bool aligned16(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer) % 16 == 0; }
@@ -147,10 +154,8 @@ bool supports_native(int next_n, int heads, int head_dim) {
 
 namespace {
 
-// Checks, tensor maps and the launch of either kernel family; `selection`
-// (nullptr for logits) makes it the selection kernel.
-Status launch_scoring(const LogitsProblem& p, const CandidateSelection* selection,
-                      const ExecContext& ctx) {
+// The checks every Hopper kernel of this file relies on.
+Status check_hopper_problem(const LogitsProblem& p) {
   const bool native = p.path == LogitsPath::native;
   if (!supports_native(native ? static_cast<int>(p.next_n) : 1, static_cast<int>(p.heads),
                        p.head_dim)) {
@@ -165,7 +170,15 @@ Status launch_scoring(const LogitsProblem& p, const CandidateSelection* selectio
             "paged_mqa_logits: the Hopper kernels need key_cache and q to start on a 16-byte "
             "boundary"};
   }
-  const int rows = native ? static_cast<int>(p.next_n) : 1;
+  return Status::success();
+}
+
+// Checks, tensor maps and the launch of either kernel family; `selection`
+// (nullptr for logits) makes it the selection kernel.
+Status launch_scoring(const LogitsProblem& p, const CandidateSelection* selection,
+                      const ExecContext& ctx) {
+  DSA_RETURN_IF_ERROR(check_hopper_problem(p));
+  const int rows = p.path == LogitsPath::native ? static_cast<int>(p.next_n) : 1;
   PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
   DSA_RETURN_IF_ERROR(tensor_map_encoder(&encode));
   CUtensorMap key_map{};
@@ -184,6 +197,8 @@ Status launch_scoring(const LogitsProblem& p, const CandidateSelection* selectio
   // Compacting close to k leaves most of a list free, so compactions are rare.
   params.keep_limit = selection->k + (kListCapacity - selection->k) / 16;
   params.lists = selection->lists;
+  params.select_floors = selection->floors;
+  params.run_if = selection->run_if;
   if (p.heads == 32) return launch_for_rows<32, true>(rows, params, ctx, key_map, query_map);
   return launch_for_rows<64, true>(rows, params, ctx, key_map, query_map);
 }
@@ -192,6 +207,64 @@ Status launch_scoring(const LogitsProblem& p, const CandidateSelection* selectio
 
 Status paged_mqa_logits(const LogitsProblem& p, const ExecContext& ctx) {
   return launch_scoring(p, nullptr, ctx);
+}
+
+namespace {
+
+// The most tiles of sampled tokens a unit has.
+int most_sample_tiles(std::int64_t max_context_len) {
+  const std::int64_t samples = most_samples((max_context_len + kPageTokens - 1) / kPageTokens);
+  return static_cast<int>((samples + kSampleTileTokens - 1) / kSampleTileTokens);
+}
+
+// Tiles one sampling CTA scores: enough CTAs for about eight per
+// multiprocessor (a CTA waits for its gathers most of the time), each
+// loading its unit's queries once for as many tiles as that leaves it.
+int sample_tiles_per_cta(std::int64_t units, int tiles, int multiprocessors) {
+  const std::int64_t wanted_ctas = 8 * std::int64_t{multiprocessors};
+  const std::int64_t per_cta = units * tiles / std::max<std::int64_t>(wanted_ctas, 1);
+  return static_cast<int>(std::clamp<std::int64_t>(per_cta, kSampleStages, 16));
+}
+
+template <int kRows, int kHeads>
+Status launch_samples(const LogitsKernelParams& params, const RowSamples& samples,
+                      const ExecContext& ctx, const CUtensorMap& query_map) {
+  using Layout = SampleLayout<kRows, kHeads>;
+  auto* kernel = &sample_scores_kernel<kRows, kHeads>;
+  DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      Layout::launch_bytes));
+  int device = 0;
+  int multiprocessors = 0;
+  DSA_CUDA_CHECK(cudaGetDevice(&device));
+  DSA_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
+  const std::int64_t units = schedule_units(params.batch, params.next_n, params.path);
+  const int tiles = most_sample_tiles(params.max_context_len);
+  const int tiles_per_cta = sample_tiles_per_cta(units, tiles, multiprocessors);
+  const dim3 grid(static_cast<unsigned>(units),
+                  static_cast<unsigned>(std::max(1, (tiles + tiles_per_cta - 1) / tiles_per_cta)));
+  kernel<<<grid, kSampleThreads, Layout::launch_bytes, stream_of(ctx)>>>(params, samples,
+                                                                         tiles_per_cta, query_map);
+  DSA_CUDA_CHECK_LAUNCH("sample_scores_kernel");
+  return Status::success();
+}
+
+}  // namespace
+
+Status paged_mqa_samples(const LogitsProblem& p, const RowSamples& samples, const ExecContext& ctx) {
+  DSA_RETURN_IF_ERROR(check_hopper_problem(p));
+  const std::int64_t units = schedule_units(p.batch, p.next_n, p.path);
+  if (units == 0) return Status::success();
+  const int rows = p.path == LogitsPath::native ? static_cast<int>(p.next_n) : 1;
+  PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+  DSA_RETURN_IF_ERROR(tensor_map_encoder(&encode));
+  CUtensorMap query_map{};
+  DSA_RETURN_IF_ERROR(encode_query_map(encode, p, rows, &query_map));
+  const LogitsKernelParams params = kernel_params(p, ctx);
+  return for_rows(rows, [&](auto rows_constant) {
+    constexpr int kRows = decltype(rows_constant)::value;
+    if (p.heads == 32) return launch_samples<kRows, 32>(params, samples, ctx, query_map);
+    return launch_samples<kRows, 64>(params, samples, ctx, query_map);
+  });
 }
 
 Status paged_mqa_candidates(const LogitsProblem& p, const CandidateSelection& selection,

@@ -58,6 +58,9 @@ inline constexpr int kWarpgroupThreads = 128;
 constexpr int consumer_warpgroups(bool select) { return select ? 3 : 4; }
 inline constexpr int kProducerWarps = 3;
 inline constexpr int kFillThreads = kWarpgroupThreads - 32 * kProducerWarps;
+// Columns of one wgmma pass (draft rows x heads); 128 keeps a consumer's
+// accumulator set within its register budget.
+inline constexpr int kScoringPassColumns = 128;
 // setmaxnreg budgets. A CTA of T threads is launched with 64K / T registers
 // per thread (rounded down to 8), and setmaxnreg.inc draws only on what the
 // CTA's own warps gave back with setmaxnreg.dec: a limit above that share
@@ -122,6 +125,8 @@ struct LogitsKernelParams {
   int select_k = 0;
   int keep_limit = 0;
   CandidateLists lists;
+  const Rank* select_floors = nullptr;  // [rows] lowest rank a list takes; nullptr: none
+  const std::int32_t* run_if = nullptr;  // nothing to do unless *run_if != 0 (nullptr: run)
 };
 
 // What the producer tells the consumer about one stage.
@@ -778,8 +783,8 @@ __device__ __forceinline__ void select_pages(const LogitsKernelParams& p, unsign
       close_lists(p.lists, unit);
       // The first page a worker scores of a unit is the unit's first page
       // unless the worker's range starts inside the unit.
-      open_lists(p.lists, p.select_lengths, p.select_k, stage.first_row, stage.first_position != 0,
-                 unit);
+      open_lists(p.lists, p.select_lengths, p.select_floors, p.select_k, stage.first_row,
+                 stage.first_position != 0, unit);
     }
     const bool pair = next.kind != kStageEnd && next.first_row == stage.first_row &&
                       next.first_position == stage.first_position + kPageTokens &&
@@ -815,6 +820,7 @@ __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThread
 #if DSA_SM90A_ENABLED
   using Layout = SharedLayout<kRows, kHeads, kSelect>;
   constexpr int kStages = Layout::kStages;
+  if (p.run_if != nullptr && *p.run_if == 0) return;
   extern __shared__ unsigned char shared_raw[];
   // Swizzled tensor copies and wgmma descriptors need 1024-byte alignment.
   unsigned char* smem =

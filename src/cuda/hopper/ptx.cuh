@@ -171,6 +171,56 @@ __device__ __forceinline__ void tensor_copy_4d(void* destination, const void* te
 #endif
 }
 
+// ---- per-thread asynchronous copies (cp.async) ---------------------------------
+
+// 16 bytes from global to shared memory (both 16-byte aligned), in the
+// thread's current group; the data is the thread's once the group is waited for.
+__device__ __forceinline__ void cp_async_16(void* destination, const void* source) {
+#if DSA_SM90A_ENABLED
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_address(destination)),
+               "l"(source)
+               : "memory");
+#else
+  (void)destination;
+  (void)source;
+#endif
+}
+
+// 4 bytes, both addresses 4-byte aligned; as cp_async_16 otherwise.
+__device__ __forceinline__ void cp_async_4(void* destination, const void* source) {
+#if DSA_SM90A_ENABLED
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_address(destination)),
+               "l"(source)
+               : "memory");
+#else
+  (void)destination;
+  (void)source;
+#endif
+}
+
+// Closes the thread's current group of copies (an empty group when it made none).
+__device__ __forceinline__ void cp_async_commit() {
+#if DSA_SM90A_ENABLED
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+// Waits until at most kPending of the thread's groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+#if DSA_SM90A_ENABLED
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+#endif
+}
+
+// Orders this thread's earlier shared-memory writes before later reads of
+// the async proxy (wgmma operands).
+__device__ __forceinline__ void fence_proxy_async_shared() {
+#if DSA_SM90A_ENABLED
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
 // ---- warp specialization ------------------------------------------------------
 
 // Register reallocation between warpgroups; every warp of the warpgroup executes it.

@@ -190,10 +190,11 @@ __device__ inline bool schedule_is_monotone(const std::int32_t* schedule, int wo
 }
 
 // Row `row` (its selection length in a.lengths) into a.indices, from the
-// lists of a monotone schedule.
+// lists of a monotone schedule. A row whose lists hold fewer than k ranks
+// raises *short_rows (when given).
 __device__ inline void select_listed_row(const TopkArgs& a, const CandidateLists& lists,
                                          const std::int32_t* schedule, int workers, std::int64_t row,
-                                         ListedStorage& storage) {
+                                         std::int32_t* short_rows, ListedStorage& storage) {
   SharedStorage& sm = storage.select;
   const int length = a.lengths[row * a.lengths_stride];
   std::int32_t* out = a.indices + row * a.indices_stride;
@@ -203,9 +204,11 @@ __device__ inline void select_listed_row(const TopkArgs& a, const CandidateLists
   }
   const ListedRanks source = listed_ranks(lists, schedule, workers, row, storage.table);
   if (source.total() < a.k) {
-    // Only a run whose schedule the scoring reported (one that leaves
-    // positions unscored, such as a trailer of another batch) lists fewer
-    // ranks than k; write what is there rather than read past it.
+    // Lists that started at a threshold the row did not reach k times, or a
+    // run whose schedule the scoring reported (one that leaves positions
+    // unscored, such as a trailer of another batch). Write what is there
+    // rather than read past it; the flag has the row selected again.
+    if (short_rows != nullptr && threadIdx.x == 0) *short_rows = 1;
     const auto listed = CandidateRanks::contiguous(sm.candidates, collect_candidates(source, 0, sm));
     const int written = write_candidates(a, row, length, listed, 0, sm, out);
     for (int i = written + static_cast<int>(threadIdx.x); i < a.k; i += kThreads) out[i] = -1;

@@ -1,0 +1,177 @@
+// The sampling pass of the fused index_topk on sm_90a (see row_samples.hpp):
+// scores the sampled key positions of every unit with the logits kernel's own
+// products and epilogue, so that a sample value is bit for bit the logit the
+// selection pass computes for its position.
+//
+// Grid: (units, tile groups). A CTA is one warpgroup; it loads its unit's
+// queries once (tensor copy) and scores tiles of 64 sampled tokens, each
+// gathered from up to 16 pages by asynchronous copies (16 bytes of a key
+// row, or a scale, each) placed with the 128-byte swizzle the products'
+// descriptors expect. The gathers of the next kSampleStages - 1 tiles are in
+// flight while one is scored: a gather waits for a block-table entry and
+// then for scattered rows of the cache, far longer than a tile's products.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/hopper/logits_sm90.hpp"
+#include "cuda/hopper/logits_sm90_kernel.cuh"
+#include "cuda/row_samples.hpp"
+
+namespace dsa::detail::cuda::hopper {
+
+inline constexpr int kSampleTileTokens = 64;
+inline constexpr int kSampleThreads = kWarpgroupThreads;
+inline constexpr int kSampleStages = 3;  // tiles gathered or being gathered at once
+
+template <int kRows, int kHeads>
+struct SampleLayout {
+  static constexpr int kQueryBytes = kRows * kHeads * kHeadDim;
+  static constexpr int keys = 0;  // kSampleStages tiles, 1024-byte aligned
+  static constexpr int queries = keys + kSampleStages * kPageKeyBytes;
+  static constexpr int scales = queries + kQueryBytes;  // kSampleStages tiles' [64]
+  static constexpr int weights = scales + kSampleStages * kPageScaleBytes;
+  static constexpr int tile_logits = weights + kRows * kHeads * 4;
+  static constexpr int barrier = tile_logits + kRows * kSampleTileTokens * 4;
+  static constexpr int bytes = barrier + 8;
+  static constexpr int launch_bytes = bytes + 1024;  // alignment slack
+  static_assert(launch_bytes <= kMaxSharedBytes, "sampling layout too large");
+};
+
+// Starts the gather of tile `tile` of the unit's samples into `keys`
+// (swizzled rows) and `scales`: thread q of every 8 copies 16 bytes of one
+// token, the first of them its scale too. A sample past the map or on a page
+// outside the cache scores 0 (zero keys, zero scale). The caller commits.
+__device__ __forceinline__ void gather_sample_tile(const LogitsKernelParams& p, const SampleMap& map,
+                                                   std::int64_t request, int tile,
+                                                   unsigned char* keys, float* scales) {
+  const int thread = static_cast<int>(threadIdx.x);
+#pragma unroll
+  for (int i = 0; i < kPageKeyBytes / 16 / kSampleThreads; ++i) {
+    const int piece = thread + kSampleThreads * i;
+    const int row = piece / 8;
+    const int chunk = piece % 8;
+    const std::int64_t u = std::int64_t{tile} * kSampleTileTokens + row;
+    unsigned char* destination = keys + row * kHeadDim + ((chunk ^ (row & 7)) * 16);
+    const unsigned char* page_base = nullptr;
+    int token = 0;
+    if (u < map.count) {
+      const std::int64_t position = sample_position(map, u);
+      const std::int32_t page =
+          __ldg(p.block_table + request * p.block_table_stride + position / kPageTokens);
+      if (page >= 0 && page < p.num_pages) {
+        page_base = p.cache_base + page * p.page_stride;
+        token = static_cast<int>(position % kPageTokens);
+      }
+    }
+    if (page_base != nullptr) {
+      ptx::cp_async_16(destination, page_base + token * kHeadDim + chunk * 16);
+    } else {
+      *reinterpret_cast<uint4*>(destination) = make_uint4(0, 0, 0, 0);
+    }
+    if (chunk == 0) {
+      if (page_base != nullptr) {
+        ptx::cp_async_4(scales + row, reinterpret_cast<const float*>(page_base + kPageKeyBytes) + token);
+      } else {
+        scales[row] = 0.0f;
+      }
+    }
+  }
+}
+
+template <int kRows, int kHeads>
+__global__ void __launch_bounds__(kSampleThreads)
+    sample_scores_kernel(const LogitsKernelParams p, const RowSamples out, int tiles_per_cta,
+                         const __grid_constant__ CUtensorMap query_map) {
+#if DSA_SM90A_ENABLED
+  using Layout = SampleLayout<kRows, kHeads>;
+  extern __shared__ unsigned char shared_raw[];
+  unsigned char* smem = shared_raw + ((1024 - (ptx::smem_address(shared_raw) & 1023)) & 1023);
+  auto* query_full = reinterpret_cast<std::uint64_t*>(smem + Layout::barrier);
+  auto* weights = reinterpret_cast<float*>(smem + Layout::weights);
+  auto* tile_logits = reinterpret_cast<float*>(smem + Layout::tile_logits);
+  const int thread = static_cast<int>(threadIdx.x);
+
+  const UnitRows rows = unit_rows(p, blockIdx.x);
+  const std::int64_t first_row = rows.request * p.next_n + rows.first_draft;
+  const std::int64_t pages = (std::int64_t{read_length<kRows>(p, rows)} + kPageTokens - 1) / kPageTokens;
+  const SampleMap map = sample_map(pages);
+  if (blockIdx.y == 0 && thread < kRows) {
+    const std::int32_t length = row_length(p.lens, rows.request, rows.first_draft + thread);
+    const bool valid = length_violation(p, length) == kNoDeviceError;
+    out.rows[first_row + thread] = RowSample{map, valid ? samples_below(map, length) : 0};
+  }
+  const int tiles = (map.count + kSampleTileTokens - 1) / kSampleTileTokens;
+  const int first_tile = static_cast<int>(blockIdx.y) * tiles_per_cta;
+  const int end_tile = min(tiles, first_tile + tiles_per_cta);
+  if (first_tile >= end_tile) return;
+
+  if (thread == 0) {
+    ptx::mbarrier_init(query_full, 1);
+    ptx::fence_barrier_init();
+    ptx::mbarrier_arrive_expect_tx(query_full, Layout::kQueryBytes);
+    ptx::tensor_copy_4d(smem + Layout::queries, &query_map, 0, 0, static_cast<int>(rows.first_draft),
+                        static_cast<int>(rows.request), query_full);
+  }
+  for (int i = thread; i < kRows * kHeads; i += kSampleThreads) {
+    weights[i] = __ldg(p.weights + (first_row + i / kHeads) * p.weights_stride_row + i % kHeads);
+  }
+  // Tile t lives in stage (t - first_tile) % kSampleStages. Every step
+  // commits one group of copies (empty past the last tile), so that waiting
+  // for all but the newest kSampleStages - 1 groups means the tile's own.
+  auto keys_of = [&](int tile) {
+    return smem + Layout::keys + (tile - first_tile) % kSampleStages * kPageKeyBytes;
+  };
+  auto scales_of = [&](int tile) {
+    return reinterpret_cast<float*>(smem + Layout::scales +
+                                    (tile - first_tile) % kSampleStages * kPageScaleBytes);
+  };
+  auto start_gather = [&](int tile) {
+    if (tile < end_tile) gather_sample_tile(p, map, rows.request, tile, keys_of(tile), scales_of(tile));
+    ptx::cp_async_commit();
+  };
+  for (int ahead = 0; ahead < kSampleStages - 1; ++ahead) start_gather(first_tile + ahead);
+  __syncthreads();  // the barrier is initialized before anyone waits on it
+  ptx::mbarrier_wait(query_full, 0);
+
+  const int warp = thread / 32;
+  const int lane = thread % 32;
+  for (int tile = first_tile; tile < end_tile; ++tile) {
+    // The stage it refills held tile - 1, which every thread is done with.
+    start_gather(tile + kSampleStages - 1);
+    ptx::cp_async_wait<kSampleStages - 1>();
+    // Every thread's copies of this tile (and its zero stores) are done and
+    // ordered before the products read them.
+    ptx::fence_proxy_async_shared();
+    __syncthreads();
+    const float* scales = scales_of(tile);
+    PageContext page;
+    page.keys = keys_of(tile);
+    page.queries = smem + Layout::queries;
+    page.weights = weights;
+    page.lengths = nullptr;
+    page.first_row = first_row;
+    page.first_position = 0;
+    page.scale_upper = scales[16 * warp + lane / 4];
+    page.scale_lower = scales[16 * warp + lane / 4 + 8];
+    page.warp = warp;
+    page.lane = lane;
+    page.page_logits = tile_logits;
+    score_passes<kRows, kHeads, kScoringPassColumns, true, 0>(p, page, [] {});
+    __syncthreads();  // the tile's logits are complete; its keys are read
+    for (int i = thread; i < kRows * kSampleTileTokens; i += kSampleThreads) {
+      const int j = i / kSampleTileTokens;
+      const std::int64_t u = std::int64_t{tile} * kSampleTileTokens + i % kSampleTileTokens;
+      if (u < map.count) out.values[(first_row + j) * kSampleCapacity + u] = tile_logits[i];
+    }
+    __syncthreads();  // the tile's logits are stored before the next tile's are written
+  }
+#else
+  (void)p;
+  (void)out;
+  (void)tiles_per_cta;
+  (void)query_map;
+#endif
+}
+
+}  // namespace dsa::detail::cuda::hopper

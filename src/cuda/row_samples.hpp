@@ -1,0 +1,105 @@
+// Row samples of the fused index_topk: which key positions of a unit are
+// scored ahead of the full pass, and the threshold each row's sample gives.
+//
+// The sample takes a run of a few adjacent tokens from every page a unit
+// reads (not whole pages: tokens of one page score alike, so a sample of
+// whole pages misjudges rows whose scores vary from page to page), at an
+// offset that moves from page to page. Adjacent tokens make one contiguous
+// read of keys and scales per page: the pass is bound by the number of
+// scattered reads, not by their bytes. A row's threshold is the sample value that as
+// many as kSampleMargin * k of the row's positions are expected to reach;
+// the selection pass then lists only values at or above it, which spares it
+// almost every list compaction. The expectation can fail (a row whose
+// sampled tokens score above its others): a row that lists fewer than k
+// positions at or above its threshold is selected again without one, so the
+// result never depends on the sample.
+#pragma once
+
+#include <cstdint>
+
+#include "cache_format.hpp"
+#include "dsa/topk.hpp"
+#include "hostdevice.hpp"
+
+namespace dsa::detail::cuda {
+
+// Calls whose longest row is shorter leave the sample out: their lists
+// compact rarely anyway, and the pass would cost more than it saves.
+inline constexpr std::int64_t kSampledContext = 8 * kMaxTopk;
+// Samples one row keeps at most: the per-row workspace is fixed, whatever
+// the context length.
+inline constexpr int kSampleCapacity = 2 * kMaxTopk;
+// Tokens sampled from each page while the capacity allows (one in 16).
+inline constexpr int kSampleTokensPerPage = 4;
+// Positions a threshold aims to admit, in units of k. Sampling 1/16 of a
+// 64K row, the threshold sits near the sample's 190th value, whose relative
+// spread (~7 %) makes fewer than k admissions a > 4-sigma event.
+inline constexpr float kSampleMargin = 1.5f;
+
+// Which positions of a unit reading `pages` pages are sampled: sample u is
+// token (page % (64 / per_page)) * per_page + u % per_page of page
+// (u / per_page) * page_step. Positions grow with u, so the samples of a row
+// shorter than the unit are a prefix.
+struct SampleMap {
+  int per_page = kSampleTokensPerPage;
+  std::int32_t page_step = 1;
+  std::int32_t count = 0;  // samples of the unit
+};
+
+DSA_HD SampleMap sample_map(std::int64_t pages) {
+  SampleMap map;
+  while (map.per_page > 1 && pages * map.per_page > kSampleCapacity) map.per_page /= 2;
+  map.page_step = pages <= kSampleCapacity
+                      ? 1
+                      : static_cast<std::int32_t>((pages + kSampleCapacity - 1) / kSampleCapacity);
+  map.count = static_cast<std::int32_t>((pages + map.page_step - 1) / map.page_step) * map.per_page;
+  return map;
+}
+
+// The most samples a unit of at most `pages` pages has (fewer tokens a page
+// beyond kSampleCapacity / 4 pages: the count does not grow with the pages).
+DSA_HD std::int64_t most_samples(std::int64_t pages) {
+  const std::int64_t all = pages * kSampleTokensPerPage;
+  return all < kSampleCapacity ? all : kSampleCapacity;
+}
+
+DSA_HD std::int64_t sample_position(const SampleMap& map, std::int64_t u) {
+  const std::int64_t page = u / map.per_page * map.page_step;
+  const int runs = kPageTokens / map.per_page;
+  return page * kPageTokens + page % runs * map.per_page + u % map.per_page;
+}
+
+// Samples of the map below `limit` (a prefix), by bisection.
+DSA_HD std::int32_t samples_below(const SampleMap& map, std::int64_t limit) {
+  std::int32_t low = 0;
+  std::int32_t high = map.count;
+  while (low < high) {
+    const std::int32_t middle = low + (high - low) / 2;
+    if (sample_position(map, middle) < limit) {
+      low = middle + 1;
+    } else {
+      high = middle;
+    }
+  }
+  return low;
+}
+
+// What the sampling pass leaves per logits row beside the values.
+struct RowSample {
+  SampleMap map;       // of the row's unit
+  std::int32_t valid;  // samples below the row's length (0 for a row breaking a rule)
+};
+
+// The rank (1 = largest) of the sample value a row's threshold takes, with
+// `samples` of its positions below `length` sampled; 0 when no threshold
+// would spare anything (the row is too short for one).
+DSA_HD std::int32_t threshold_rank(std::int32_t samples, std::int64_t length, int k) {
+  if (samples <= 0 || length <= 0) return 0;
+  const double wanted = static_cast<double>(kSampleMargin) * k;
+  if (wanted >= static_cast<double>(length)) return 0;
+  const double rank = wanted * samples / static_cast<double>(length);
+  const std::int32_t r = static_cast<std::int32_t>(rank) + 1;
+  return r <= samples ? r : 0;
+}
+
+}  // namespace dsa::detail::cuda
