@@ -173,25 +173,22 @@ __device__ __forceinline__ void tensor_copy_4d(void* destination, const void* te
 
 // ---- per-thread asynchronous copies (cp.async) ---------------------------------
 
-// 16 bytes from global to shared memory (both 16-byte aligned), in the
-// thread's current group; the data is the thread's once the group is waited for.
-__device__ __forceinline__ void cp_async_16(void* destination, const void* source) {
+// kBytes (4, 8 or 16) from global to shared memory, both addresses aligned
+// to kBytes, in the thread's current group; the data is the thread's once
+// the group is waited for. 16-byte copies bypass L1 (read once).
+template <int kBytes>
+__device__ __forceinline__ void cp_async(void* destination, const void* source) {
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async copies 4, 8 or 16 bytes");
 #if DSA_SM90A_ENABLED
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_address(destination)),
-               "l"(source)
-               : "memory");
-#else
-  (void)destination;
-  (void)source;
-#endif
-}
-
-// 4 bytes, both addresses 4-byte aligned; as cp_async_16 otherwise.
-__device__ __forceinline__ void cp_async_4(void* destination, const void* source) {
-#if DSA_SM90A_ENABLED
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_address(destination)),
-               "l"(source)
-               : "memory");
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_address(destination)),
+                 "l"(source)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(smem_address(destination)),
+                 "l"(source), "n"(kBytes)
+                 : "memory");
+  }
 #else
   (void)destination;
   (void)source;

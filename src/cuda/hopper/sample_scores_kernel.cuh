@@ -65,13 +65,13 @@ __device__ __forceinline__ void gather_sample_tile(const LogitsKernelParams& p, 
       }
     }
     if (page_base != nullptr) {
-      ptx::cp_async_16(destination, page_base + token * kHeadDim + chunk * 16);
+      ptx::cp_async<16>(destination, page_base + token * kHeadDim + chunk * 16);
     } else {
       *reinterpret_cast<uint4*>(destination) = make_uint4(0, 0, 0, 0);
     }
     if (chunk == 0) {
       if (page_base != nullptr) {
-        ptx::cp_async_4(scales + row, reinterpret_cast<const float*>(page_base + kPageKeyBytes) + token);
+        ptx::cp_async<4>(scales + row, reinterpret_cast<const float*>(page_base + kPageKeyBytes) + token);
       } else {
         scales[row] = 0.0f;
       }
