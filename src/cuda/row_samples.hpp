@@ -15,6 +15,7 @@
 // result never depends on the sample.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "cache_format.hpp"
@@ -35,6 +36,9 @@ inline constexpr int kSampleTokensPerPage = 4;
 // 64K row, the threshold sits near the sample's 190th value, whose relative
 // spread (~7 %) makes fewer than k admissions a > 4-sigma event.
 inline constexpr float kSampleMargin = 1.5f;
+// With few samples among a row's top k (a small k), the margin is at least
+// this many standard deviations of their count.
+inline constexpr float kSampleSigmas = 4.0f;
 
 // Which positions of a unit reading `pages` pages are sampled: sample u is
 // token (page % (64 / per_page)) * per_page + u % per_page of page
@@ -91,13 +95,16 @@ struct RowSample {
 };
 
 // The rank (1 = largest) of the sample value a row's threshold takes, with
-// `samples` of its positions below `length` sampled; 0 when no threshold
-// would spare anything (the row is too short for one).
+// `samples` of its positions below `length` sampled: about kSampleMargin
+// times the samples expected among the row's top k, and at least
+// kSampleSigmas standard deviations (of that count) above them. 0 when no
+// threshold would spare anything (the row is too short for one).
 DSA_HD std::int32_t threshold_rank(std::int32_t samples, std::int64_t length, int k) {
   if (samples <= 0 || length <= 0) return 0;
-  const double wanted = static_cast<double>(kSampleMargin) * k;
-  if (wanted >= static_cast<double>(length)) return 0;
-  const double rank = wanted * samples / static_cast<double>(length);
+  if (static_cast<double>(kSampleMargin) * k >= static_cast<double>(length)) return 0;
+  const double expected = static_cast<double>(k) * samples / static_cast<double>(length);
+  const double rank = fmax(static_cast<double>(kSampleMargin) * expected,
+                           expected + static_cast<double>(kSampleSigmas) * sqrt(expected));
   const std::int32_t r = static_cast<std::int32_t>(rank) + 1;
   return r <= samples ? r : 0;
 }
