@@ -101,7 +101,7 @@ __global__ void topk_lengths_kernel(LogitsProblem p, const std::int32_t* topk_le
 
 constexpr int kThresholdThreads = 256;
 constexpr int kThresholdKeysPerThread = kSampleCapacity / kThresholdThreads;
-constexpr int kDigitBins = 256;
+constexpr int kDigitBins = 256;  // warp_bin_from_top's
 
 struct ThresholdStorage {
   int histogram[kDigitBins];
@@ -138,26 +138,10 @@ __device__ std::uint32_t rth_largest_key(const std::uint32_t (&keys)[kThresholdK
     }
     __syncthreads();
     if (thread < 32) {
-      // Lane l holds bins 255 - 8 l down to 248 - 8 l: lanes in order count from the top.
-      constexpr int kBinsPerLane = kDigitBins / 32;
-      int counts[kBinsPerLane];
-      int sum = 0;
-#pragma unroll
-      for (int m = 0; m < kBinsPerLane; ++m) {
-        counts[m] = storage.histogram[kDigitBins - 1 - kBinsPerLane * lane - m];
-        sum += counts[m];
-      }
-      const int inclusive = warp_inclusive_sum(sum);
-      int running = inclusive - sum;
-      if (running < remaining && remaining <= inclusive) {
-#pragma unroll
-        for (int m = 0; m < kBinsPerLane; ++m) {
-          if (running < remaining && remaining <= running + counts[m]) {
-            storage.digit = kDigitBins - 1 - kBinsPerLane * lane - m;
-            storage.remaining = remaining - running;
-          }
-          running += counts[m];
-        }
+      const BinFromTop found = warp_bin_from_top(storage.histogram, remaining);
+      if (thread == 0) {
+        storage.digit = found.bin;
+        storage.remaining = remaining - found.above;
       }
     }
     __syncthreads();

@@ -1,4 +1,5 @@
-// Warp-wide scans shared by the kernels that append to lists.
+// Warp-wide scans shared by the kernels that append to lists and narrow
+// histograms.
 #pragma once
 
 namespace dsa::detail::cuda {
@@ -15,6 +16,49 @@ __device__ inline int warp_inclusive_sum(int value) {
     if (lane >= offset) value += other;
   }
   return value;
+}
+
+// Where the needed-th largest item of a histogram of 256 bins (bin 255
+// holding the largest items) lies: its bin, the items in higher bins, and
+// its bin's count. Lane l reads bins 255 - 8 l down to 248 - 8 l, so the
+// lanes in order scan from the top. The whole warp calls it with the same
+// `needed`, between 1 and the histogram's total.
+struct BinFromTop {
+  int bin;
+  int above;
+  int count;
+};
+
+__device__ inline BinFromTop warp_bin_from_top(const int* histogram, int needed) {
+  constexpr int kBins = 256;
+  constexpr int kBinsPerLane = kBins / 32;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  int counts[kBinsPerLane];
+  int sum = 0;
+#pragma unroll
+  for (int m = 0; m < kBinsPerLane; ++m) {
+    counts[m] = histogram[kBins - 1 - kBinsPerLane * lane - m];
+    sum += counts[m];
+  }
+  const int inclusive = warp_inclusive_sum(sum);
+  const int before = inclusive - sum;
+  const unsigned holder = __ballot_sync(0xffffffffu, before < needed && needed <= inclusive);
+  const int source = __ffs(static_cast<int>(holder)) - 1;
+  BinFromTop found{0, 0, 0};
+  if (lane == source) {
+    int running = before;
+#pragma unroll
+    for (int m = 0; m < kBinsPerLane; ++m) {
+      if (found.count == 0 && running + counts[m] >= needed) {
+        found = {kBins - 1 - kBinsPerLane * lane - m, running, counts[m]};
+      }
+      running += counts[m];
+    }
+  }
+  found.bin = __shfl_sync(0xffffffffu, found.bin, source);
+  found.above = __shfl_sync(0xffffffffu, found.above, source);
+  found.count = __shfl_sync(0xffffffffu, found.count, source);
+  return found;
 }
 
 }  // namespace dsa::detail::cuda

@@ -113,45 +113,16 @@ __device__ inline Rank narrow_floor(const OpenList& list, Rank lo, Rank hi, int 
       }
     }
     __syncwarp();
-    // Lane l holds bins 255 - 8 l down to 248 - 8 l: lanes in order scan from the top.
-    constexpr int kBinsPerLane = kSelectBins / 32;
-    int counts[kBinsPerLane];
-    int sum = 0;
-#pragma unroll
-    for (int m = 0; m < kBinsPerLane; ++m) {
-      counts[m] = histogram[kSelectBins - 1 - kBinsPerLane * lane - m];
-      sum += counts[m];
-    }
-    const int inclusive = warp_inclusive_sum(sum);
-    const int before = inclusive - sum;
-    const unsigned holder = __ballot_sync(0xffffffffu, before < needed && needed <= inclusive);
-    const int source = __ffs(static_cast<int>(holder)) - 1;
-    int bin = 0;
-    int bin_above = 0;
-    int bin_count = 0;
-    if (lane == source) {
-      int running = before;
-#pragma unroll
-      for (int m = 0; m < kBinsPerLane; ++m) {
-        if (bin_count == 0 && running + counts[m] >= needed) {
-          bin = kSelectBins - 1 - kBinsPerLane * lane - m;
-          bin_above = running;
-          bin_count = counts[m];
-        }
-        running += counts[m];
-      }
-    }
-    bin = __shfl_sync(0xffffffffu, bin, source);
-    bin_above = __shfl_sync(0xffffffffu, bin_above, source);
-    bin_count = __shfl_sync(0xffffffffu, bin_count, source);
+    static_assert(kSelectBins == 256, "warp_bin_from_top reads 256 bins");
+    const BinFromTop found = warp_bin_from_top(histogram, needed);
     __syncwarp();  // the histogram is read before the next round clears it
-    above += bin_above;
-    needed -= bin_above;
-    lo += static_cast<Rank>(bin) << shift;
+    above += found.above;
+    needed -= found.above;
+    lo += static_cast<Rank>(found.bin) << shift;
     // lo + width may pass 2^64 near the top ranks (+inf): compare the gap instead.
     const Rank width = (Rank{1} << shift) - 1;
     if (hi - lo > width) hi = lo + width;
-    if (above + bin_count <= keep_limit || shift == 0) return lo;
+    if (above + found.count <= keep_limit || shift == 0) return lo;
   }
 }
 

@@ -1,6 +1,7 @@
 // Thin wrappers around the sm_90a PTX the Hopper kernels use: mbarriers, bulk
-// and tensor (TMA) copies, warpgroup matrix products (wgmma) and register
-// reallocation. This file is the only place that holds inline PTX.
+// and tensor (TMA) copies, per-thread asynchronous copies (cp.async),
+// warpgroup matrix products (wgmma) and register reallocation. This file is
+// the only place that holds inline PTX.
 //
 // Every wrapper compiles to nothing outside sm_90a device code, so the
 // translation units that include it still build for the generic PTX target;
