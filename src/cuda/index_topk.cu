@@ -99,7 +99,10 @@ __global__ void topk_lengths_kernel(LogitsProblem p, const std::int32_t* topk_le
 
 // ---- thresholds from the samples (fused) --------------------------------------
 
-constexpr int kThresholdThreads = 256;
+// Eight keys a thread: the kernel is a chain of dependent rounds, which
+// more warps shorten, but rows beyond the multiprocessors' count want
+// several CTAs resident on each.
+constexpr int kThresholdThreads = 512;
 constexpr int kThresholdKeysPerThread = kSampleCapacity / kThresholdThreads;
 constexpr int kDigitBins = 256;  // warp_bin_from_top's
 
@@ -107,27 +110,51 @@ struct ThresholdStorage {
   int histogram[kDigitBins];
   int digit;
   int remaining;
-  std::int32_t length;
+  std::uint32_t lowest;   // of the valid keys
+  std::uint32_t highest;
+  std::int32_t valid_samples;  // below the row's selection length
+  std::int32_t rank;           // threshold_rank's, 0 for none
 };
 
 // The r-th largest (r >= 1) of the keys the CTA holds (`valid` of them per
 // thread at most; the others are ignored), by one 8-bit digit at a time from
-// the top. Every thread calls it.
+// the highest digit in which the keys differ (a row's samples mostly share
+// their top digits). Every thread calls it; storage.lowest and
+// storage.highest start at ~0 and 0.
 __device__ std::uint32_t rth_largest_key(const std::uint32_t (&keys)[kThresholdKeysPerThread],
                                          const bool (&valid)[kThresholdKeysPerThread], int r,
                                          ThresholdStorage& storage) {
   const int thread = static_cast<int>(threadIdx.x);
   const int lane = thread % 32;
-  std::uint32_t prefix = 0;
-  std::uint32_t prefix_mask = 0;
+  std::uint32_t lowest = ~0u;
+  std::uint32_t highest = 0;
+#pragma unroll
+  for (int i = 0; i < kThresholdKeysPerThread; ++i) {
+    if (valid[i]) {
+      lowest = min(lowest, keys[i]);
+      highest = max(highest, keys[i]);
+    }
+  }
+  lowest = warp_min(lowest);
+  highest = warp_max(highest);
+  if (lane == 0) {
+    atomicMin(&storage.lowest, lowest);
+    atomicMax(&storage.highest, highest);
+  }
+  __syncthreads();
+  const std::uint32_t differing = storage.lowest ^ storage.highest;
+  if (differing == 0) return storage.lowest;
+  const int top_shift = (31 - __clz(static_cast<int>(differing))) / 8 * 8;
+  // The digits above top_shift are common to every key.
+  std::uint32_t prefix_mask = top_shift == 24 ? 0u : ~0u << (top_shift + 8);
+  std::uint32_t prefix = storage.lowest & prefix_mask;
   int remaining = r;
-  for (int shift = 24; shift >= 0; shift -= 8) {
+  for (int shift = top_shift; shift >= 0; shift -= 8) {
     for (int bin = thread; bin < kDigitBins; bin += kThresholdThreads) storage.histogram[bin] = 0;
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < kThresholdKeysPerThread; ++i) {
-      // A row's samples mostly share their top digits: the lanes with lane
-      // 0's digit add together, the others one by one.
+      // The lanes with lane 0's digit add together, the others one by one.
       const int bin = valid[i] && (keys[i] & prefix_mask) == prefix
                           ? static_cast<int>((keys[i] >> shift) & (kDigitBins - 1))
                           : -1;
@@ -169,29 +196,39 @@ __global__ void __launch_bounds__(kThresholdThreads)
        i += std::int64_t{gridDim.x} * kThresholdThreads) {
     counts[i] = 0;
   }
+  // The keys are loaded while thread 0 finds how many of them count: every
+  // slot of the row's sample, a stale one ignored below.
+  std::uint32_t keys[kThresholdKeysPerThread] = {};
+  if (samples.rows != nullptr) {
+    const float* values = samples.values + row * kSampleCapacity;
+#pragma unroll
+    for (int i = 0; i < kThresholdKeysPerThread; ++i) {
+      keys[i] = topk_impl::OrderedKey<std::uint32_t>::from_bits(
+          __float_as_uint(values[thread + kThresholdThreads * i]));
+    }
+  }
   if (thread == 0) {
-    storage.length = selection_length(p, topk_lens, topk_lens_stride, row, record);
-    lengths[row] = storage.length;
+    const std::int32_t length = selection_length(p, topk_lens, topk_lens_stride, row, record);
+    lengths[row] = length;
+    // The bisection over the sample map is done once, not by every thread.
+    storage.valid_samples = 0;
+    if (samples.rows != nullptr && length > k) {
+      const RowSample sample = samples.rows[row];
+      storage.valid_samples = min(sample.valid, samples_below(sample.map, length));
+    }
+    storage.rank = threshold_rank(storage.valid_samples, length, k);
+    storage.lowest = ~0u;
+    storage.highest = 0;
+    if (samples.rows != nullptr && storage.rank == 0) floors[row] = 0;
   }
   __syncthreads();
-  if (samples.rows == nullptr) return;  // no sample: no floors
-  const std::int32_t length = storage.length;
-  const RowSample sample = samples.rows[row];
-  const std::int32_t valid_samples =
-      length > k ? min(sample.valid, samples_below(sample.map, length)) : 0;
-  const std::int32_t r = threshold_rank(valid_samples, length, k);
-  if (r == 0) {
-    if (thread == 0) floors[row] = 0;
-    return;
-  }
-  std::uint32_t keys[kThresholdKeysPerThread];
+  // No sample: no floors. No rank: the floor is the lowest.
+  const std::int32_t r = storage.rank;
+  if (r == 0) return;
   bool valid[kThresholdKeysPerThread];
-  const float* values = samples.values + row * kSampleCapacity;
 #pragma unroll
   for (int i = 0; i < kThresholdKeysPerThread; ++i) {
-    const int u = thread + kThresholdThreads * i;
-    valid[i] = u < valid_samples;
-    keys[i] = valid[i] ? topk_impl::OrderedKey<std::uint32_t>::from_bits(__float_as_uint(values[u])) : 0u;
+    valid[i] = thread + kThresholdThreads * i < storage.valid_samples;
   }
   const std::uint32_t key = rth_largest_key(keys, valid, r, storage);
   if (thread == 0) floors[row] = topk_impl::rank_of(key, 0xffffffffu);

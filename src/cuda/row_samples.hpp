@@ -30,29 +30,36 @@ inline constexpr std::int64_t kSampledContext = 8 * kMaxTopk;
 // Samples one row keeps at most: the per-row workspace is fixed, whatever
 // the context length.
 inline constexpr int kSampleCapacity = 2 * kMaxTopk;
-// Tokens sampled from each page while the capacity allows (one in 16).
-inline constexpr int kSampleTokensPerPage = 4;
-// Positions a threshold aims to admit, in units of k. Sampling 1/16 of a
-// 64K row, the threshold sits near the sample's 190th value, whose relative
-// spread (~7 %) makes fewer than k admissions a > 4-sigma event.
+// Tokens sampled from each page while the capacity allows (one in 32; the
+// pass costs about as much per page read as per token).
+inline constexpr int kSampleTokensPerPage = 2;
+// Positions a threshold aims to admit, in units of k, and at least this many
+// standard deviations of the count of samples expected among the row's top
+// k above that count. Sampling 1/32 of a row with k = 2048, 64 samples are
+// expected there and the threshold is the 105th largest (about 1.64 k
+// admitted): fewer than k admissions, the row's second pass, has a
+// probability near 1e-6 (binomial tail).
 inline constexpr float kSampleMargin = 1.5f;
-// With few samples among a row's top k (a small k), the margin is at least
-// this many standard deviations of their count.
-inline constexpr float kSampleSigmas = 4.0f;
+inline constexpr float kSampleSigmas = 5.0f;
 
 // Which positions of a unit reading `pages` pages are sampled: sample u is
 // token (page % (64 / per_page)) * per_page + u % per_page of page
 // (u / per_page) * page_step. Positions grow with u, so the samples of a row
-// shorter than the unit are a prefix.
+// shorter than the unit are a prefix. per_page is a power of two (1 <<
+// per_page_shift), so that a position costs shifts and one multiply: the
+// sampling pass computes one for every 16 bytes it gathers.
 struct SampleMap {
   int per_page = kSampleTokensPerPage;
+  int per_page_shift = 0;  // log2(per_page)
   std::int32_t page_step = 1;
   std::int32_t count = 0;  // samples of the unit
 };
 
 DSA_HD SampleMap sample_map(std::int64_t pages) {
+  static_assert((kSampleTokensPerPage & (kSampleTokensPerPage - 1)) == 0, "a power of two");
   SampleMap map;
   while (map.per_page > 1 && pages * map.per_page > kSampleCapacity) map.per_page /= 2;
+  while ((1 << map.per_page_shift) < map.per_page) ++map.per_page_shift;
   map.page_step = pages <= kSampleCapacity
                       ? 1
                       : static_cast<std::int32_t>((pages + kSampleCapacity - 1) / kSampleCapacity);
@@ -67,10 +74,11 @@ DSA_HD std::int64_t most_samples(std::int64_t pages) {
   return all < kSampleCapacity ? all : kSampleCapacity;
 }
 
-DSA_HD std::int64_t sample_position(const SampleMap& map, std::int64_t u) {
-  const std::int64_t page = u / map.per_page * map.page_step;
-  const int runs = kPageTokens / map.per_page;
-  return page * kPageTokens + page % runs * map.per_page + u % map.per_page;
+DSA_HD std::int64_t sample_position(const SampleMap& map, std::int32_t u) {
+  const std::int64_t page = std::int64_t{u >> map.per_page_shift} * map.page_step;
+  const int runs_mask = (kPageTokens >> map.per_page_shift) - 1;  // runs a page holds, less one
+  return page * kPageTokens + ((static_cast<int>(page) & runs_mask) << map.per_page_shift) +
+         (u & (map.per_page - 1));
 }
 
 // Samples of the map below `limit` (a prefix), by bisection.

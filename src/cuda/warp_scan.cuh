@@ -7,6 +7,22 @@ namespace dsa::detail::cuda {
 // The lanes below this one in its warp, as a mask.
 __device__ inline unsigned lanes_below() { return (1u << (threadIdx.x & 31u)) - 1u; }
 
+__device__ __forceinline__ unsigned warp_max(unsigned value) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    value = max(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  }
+  return value;
+}
+
+__device__ __forceinline__ unsigned warp_min(unsigned value) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    value = min(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  }
+  return value;
+}
+
 // Sum of `value` over this lane and the lanes below it; the whole warp calls it.
 __device__ inline int warp_inclusive_sum(int value) {
   const int lane = static_cast<int>(threadIdx.x) & 31;

@@ -35,8 +35,21 @@ TEST(RowSamples, RunsOfAdjacentTokensFromEveryPageWhileTheyFit) {
       }
       if (page < 16) starts_of_16_pages.insert(first % dsa::kPageTokens);
     }
-    // The run moves from page to page: 16 pages cover every offset once.
+    // The run moves from page to page: 16 pages start it at 16 offsets.
     if (pages >= 16) EXPECT_EQ(starts_of_16_pages.size(), 16u) << pages;
+  }
+}
+
+// The map's documented formula, with divisions, against its shifts.
+TEST(RowSamples, PositionsFollowTheMapsFormula) {
+  for (std::int64_t pages : {1, 5, 1024, 2047, 2048, 2049, 3000, 4096, 4097, 9000, 70001}) {
+    const sampling::SampleMap map = sampling::sample_map(pages);
+    ASSERT_EQ(1 << map.per_page_shift, map.per_page) << pages;
+    for (std::int32_t u = 0; u < map.count; ++u) {
+      const std::int64_t page = static_cast<std::int64_t>(u / map.per_page) * map.page_step;
+      const std::int64_t token = page % (dsa::kPageTokens / map.per_page) * map.per_page + u % map.per_page;
+      ASSERT_EQ(sampling::sample_position(map, u), page * dsa::kPageTokens + token) << pages << " " << u;
+    }
   }
 }
 

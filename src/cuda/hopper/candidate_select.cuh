@@ -48,22 +48,6 @@ __device__ __forceinline__ int part_of_page(std::int64_t page_index) {
   return static_cast<int>(static_cast<std::uint32_t>(page_index) / kPagesPerOffer % kParts);
 }
 
-__device__ __forceinline__ std::uint32_t warp_max(std::uint32_t value) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    value = max(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  }
-  return value;
-}
-
-__device__ __forceinline__ std::uint32_t warp_min(std::uint32_t value) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    value = min(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  }
-  return value;
-}
-
 // A row's list while the worker scores its unit.
 struct OpenList {
   Rank* ranks = nullptr;  // nullptr: the row needs no list

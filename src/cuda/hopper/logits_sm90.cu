@@ -217,13 +217,14 @@ int most_sample_tiles(std::int64_t max_context_len) {
   return static_cast<int>((samples + kSampleTileTokens - 1) / kSampleTileTokens);
 }
 
-// Tiles one sampling CTA scores: enough CTAs for about eight per
-// multiprocessor (a CTA waits for its gathers most of the time), each
-// loading its unit's queries once for as many tiles as that leaves it.
-int sample_tiles_per_cta(std::int64_t units, int tiles, int multiprocessors) {
-  const std::int64_t wanted_ctas = 8 * std::int64_t{multiprocessors};
-  const std::int64_t per_cta = units * tiles / std::max<std::int64_t>(wanted_ctas, 1);
-  return static_cast<int>(std::clamp<std::int64_t>(per_cta, kSampleStages, 16));
+// Tiles one sampling CTA scores: as many as puts every CTA in the first
+// wave (`resident` CTAs at once), so that each pays its queries' load and
+// its first gathers' latency once and no second wave starts late.
+int sample_tiles_per_cta(std::int64_t units, int tiles, std::int64_t resident) {
+  const std::int64_t all = units * tiles;
+  const std::int64_t per_cta = (all + std::max<std::int64_t>(resident, 1) - 1) /
+                               std::max<std::int64_t>(resident, 1);
+  return static_cast<int>(std::max<std::int64_t>(per_cta, 1));
 }
 
 template <int kRows, int kHeads>
@@ -235,11 +236,15 @@ Status launch_samples(const LogitsKernelParams& params, const RowSamples& sample
                                       Layout::launch_bytes));
   int device = 0;
   int multiprocessors = 0;
+  int per_multiprocessor = 0;
   DSA_CUDA_CHECK(cudaGetDevice(&device));
   DSA_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
+  DSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, kSampleThreads,
+                                                               Layout::launch_bytes));
   const std::int64_t units = schedule_units(params.batch, params.next_n, params.path);
   const int tiles = most_sample_tiles(params.max_context_len);
-  const int tiles_per_cta = sample_tiles_per_cta(units, tiles, multiprocessors);
+  const int tiles_per_cta =
+      sample_tiles_per_cta(units, tiles, std::int64_t{per_multiprocessor} * multiprocessors);
   const dim3 grid(static_cast<unsigned>(units),
                   static_cast<unsigned>(std::max(1, (tiles + tiles_per_cta - 1) / tiles_per_cta)));
   kernel<<<grid, kSampleThreads, Layout::launch_bytes, stream_of(ctx)>>>(params, samples,

@@ -3,13 +3,14 @@
 // products and epilogue, so that a sample value is bit for bit the logit the
 // selection pass computes for its position.
 //
-// Grid: (units, tile groups). A CTA is one warpgroup; it loads its unit's
-// queries once (tensor copy) and scores tiles of 64 sampled tokens, each
-// gathered from up to 16 pages by asynchronous copies (16 bytes of a key
-// row, or a scale, each) placed with the 128-byte swizzle the products'
-// descriptors expect. The gathers of the next kSampleStages - 1 tiles are in
-// flight while one is scored: a gather waits for a block-table entry and
-// then for scattered rows of the cache, far longer than a tile's products.
+// Grid: (units, tile groups), one wave. A CTA is one warpgroup; it loads its
+// unit's queries once (tensor copy) and scores tiles of 64 sampled tokens,
+// each gathered from 64 / per_page pages by asynchronous copies (16 bytes
+// of a key row, or a scale, each) placed with the 128-byte swizzle the
+// products' descriptors expect. The gathers of the next kSampleStages - 1
+// tiles are in flight while one is scored, and the block-table entries of
+// the tile after them are loaded then too: a gather waits for scattered
+// rows of the cache, far longer than a tile's products.
 #pragma once
 
 #include <cstdint>
@@ -38,43 +39,49 @@ struct SampleLayout {
   static_assert(launch_bytes <= kMaxSharedBytes, "sampling layout too large");
 };
 
-// Starts the gather of tile `tile` of the unit's samples into `keys`
-// (swizzled rows) and `scales`: thread q of every 8 copies 16 bytes of one
-// token, the first of them its scale too. A sample past the map or on a page
-// outside the cache scores 0 (zero keys, zero scale). The caller commits.
-__device__ __forceinline__ void gather_sample_tile(const LogitsKernelParams& p, const SampleMap& map,
-                                                   std::int64_t request, int tile,
-                                                   unsigned char* keys, float* scales) {
-  const int thread = static_cast<int>(threadIdx.x);
+// A thread's share of a tile's gather: thread q of every 8 copies 16 bytes
+// of one token (the first of them its scale too), kGatherPieces tokens.
+inline constexpr int kGatherPieces = kPageKeyBytes / 16 / kSampleThreads;
+__device__ __forceinline__ int gather_row(int i) {
+  return (static_cast<int>(threadIdx.x) + kSampleThreads * i) / 8;
+}
+
+// The cache pages of this thread's tokens of tile `tile` (-1: none, past the
+// map). Loaded a step before the gather that uses them: every load is in
+// flight at once, and none stalls the warp while it scores a tile.
+__device__ __forceinline__ void load_sample_pages(const LogitsKernelParams& p, const SampleMap& map,
+                                                  std::int64_t request, int tile,
+                                                  std::int32_t (&pages)[kGatherPieces]) {
+  const std::int32_t* table = p.block_table + request * p.block_table_stride;
 #pragma unroll
-  for (int i = 0; i < kPageKeyBytes / 16 / kSampleThreads; ++i) {
-    const int piece = thread + kSampleThreads * i;
-    const int row = piece / 8;
-    const int chunk = piece % 8;
-    const std::int64_t u = std::int64_t{tile} * kSampleTileTokens + row;
+  for (int i = 0; i < kGatherPieces; ++i) {
+    const std::int32_t u = tile * kSampleTileTokens + gather_row(i);
+    pages[i] = u < map.count ? __ldg(table + sample_position(map, u) / kPageTokens) : -1;
+  }
+}
+
+// Starts the gather of tile `tile` of the unit's samples, whose pages
+// load_sample_pages gave, into `keys` (swizzled rows) and `scales`. A sample
+// past the map or on a page outside the cache scores 0 (zero keys, zero
+// scale). The caller commits.
+__device__ __forceinline__ void gather_sample_tile(const LogitsKernelParams& p, const SampleMap& map,
+                                                   int tile, const std::int32_t (&pages)[kGatherPieces],
+                                                   unsigned char* keys, float* scales) {
+  const int chunk = static_cast<int>(threadIdx.x) % 8;
+#pragma unroll
+  for (int i = 0; i < kGatherPieces; ++i) {
+    const int row = gather_row(i);
     unsigned char* destination = keys + row * kHeadDim + ((chunk ^ (row & 7)) * 16);
-    const unsigned char* page_base = nullptr;
-    int token = 0;
-    if (u < map.count) {
-      const std::int64_t position = sample_position(map, u);
-      const std::int32_t page =
-          __ldg(p.block_table + request * p.block_table_stride + position / kPageTokens);
-      if (page >= 0 && page < p.num_pages) {
-        page_base = p.cache_base + page * p.page_stride;
-        token = static_cast<int>(position % kPageTokens);
-      }
-    }
-    if (page_base != nullptr) {
+    if (pages[i] >= 0 && pages[i] < p.num_pages) {
+      const unsigned char* page_base = p.cache_base + pages[i] * p.page_stride;
+      const int token = static_cast<int>(sample_position(map, tile * kSampleTileTokens + row) % kPageTokens);
       ptx::cp_async<16>(destination, page_base + token * kHeadDim + chunk * 16);
+      if (chunk == 0) {
+        ptx::cp_async<4>(scales + row, reinterpret_cast<const float*>(page_base + kPageKeyBytes) + token);
+      }
     } else {
       *reinterpret_cast<uint4*>(destination) = make_uint4(0, 0, 0, 0);
-    }
-    if (chunk == 0) {
-      if (page_base != nullptr) {
-        ptx::cp_async<4>(scales + row, reinterpret_cast<const float*>(page_base + kPageKeyBytes) + token);
-      } else {
-        scales[row] = 0.0f;
-      }
+      if (chunk == 0) scales[row] = 0.0f;
     }
   }
 }
@@ -94,8 +101,8 @@ __global__ void __launch_bounds__(kSampleThreads)
 
   const UnitRows rows = unit_rows(p, blockIdx.x);
   const std::int64_t first_row = rows.request * p.next_n + rows.first_draft;
-  const std::int64_t pages = (std::int64_t{read_length<kRows>(p, rows)} + kPageTokens - 1) / kPageTokens;
-  const SampleMap map = sample_map(pages);
+  const SampleMap map =
+      sample_map((std::int64_t{read_length<kRows>(p, rows)} + kPageTokens - 1) / kPageTokens);
   if (blockIdx.y == 0 && thread < kRows) {
     const std::int32_t length = row_length(p.lens, rows.request, rows.first_draft + thread);
     const bool valid = length_violation(p, length) == kNoDeviceError;
@@ -126,10 +133,14 @@ __global__ void __launch_bounds__(kSampleThreads)
     return reinterpret_cast<float*>(smem + Layout::scales +
                                     (tile - first_tile) % kSampleStages * kPageScaleBytes);
   };
+  // The pages of the next tile to gather, loaded one step ahead.
+  std::int32_t next_pages[kGatherPieces];
   auto start_gather = [&](int tile) {
-    if (tile < end_tile) gather_sample_tile(p, map, rows.request, tile, keys_of(tile), scales_of(tile));
+    if (tile < end_tile) gather_sample_tile(p, map, tile, next_pages, keys_of(tile), scales_of(tile));
     ptx::cp_async_commit();
+    if (tile + 1 < end_tile) load_sample_pages(p, map, rows.request, tile + 1, next_pages);
   };
+  load_sample_pages(p, map, rows.request, first_tile, next_pages);
   for (int ahead = 0; ahead < kSampleStages - 1; ++ahead) start_gather(first_tile + ahead);
   __syncthreads();  // the barrier is initialized before anyone waits on it
   ptx::mbarrier_wait(query_full, 0);
@@ -161,7 +172,7 @@ __global__ void __launch_bounds__(kSampleThreads)
     __syncthreads();  // the tile's logits are complete; its keys are read
     for (int i = thread; i < kRows * kSampleTileTokens; i += kSampleThreads) {
       const int j = i / kSampleTileTokens;
-      const std::int64_t u = std::int64_t{tile} * kSampleTileTokens + i % kSampleTileTokens;
+      const std::int32_t u = tile * kSampleTileTokens + i % kSampleTileTokens;
       if (u < map.count) out.values[(first_row + j) * kSampleCapacity + u] = tile_logits[i];
     }
     __syncthreads();  // the tile's logits are stored before the next tile's are written

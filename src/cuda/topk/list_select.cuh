@@ -86,8 +86,8 @@ struct ListedRanks {
     return window_total;
   }
 
-  // f(rank, valid) over the `count` ranks of the table, as
-  // CandidateRanks::for_each: every lane calls f equally often. A slot is
+  // f(rank, i) over the `count` ranks of the table, rank i of the sequence
+  // (valid when i < count): every lane calls f equally often. A slot is
   // loaded again as soon as its rank is taken, so that kLoadsAhead loads stay
   // in flight while the ranks are consumed.
   template <typename F>
@@ -121,7 +121,7 @@ struct ListedRanks {
         const int i = base + u * kThreads + static_cast<int>(threadIdx.x);
         const Rank rank = ahead[u];
         ahead[u] = load_rank(i + kThreads * kLoadsAhead);
-        f(rank, i < count);
+        f(rank, i);
       }
     }
   }
@@ -132,10 +132,27 @@ struct ListedRanks {
   template <typename F>
   __device__ void for_each(F&& f) const {
     if (table.slots <= kTableLists) {
-      walk_table(total(), f);
+      const int count = total();
+      walk_table(count, [&](Rank rank, int i) { f(rank, i < count); });
       return;
     }
-    for (int first = 0; first < table.slots; first += kTableLists) walk_table(load_window(first), f);
+    for (int first = 0; first < table.slots; first += kTableLists) {
+      const int count = load_window(first);
+      walk_table(count, [&](Rank rank, int i) { f(rank, i < count); });
+    }
+  }
+
+  // Whether copy_to can take the ranks: one table, and room for them.
+  __device__ bool fits(int capacity) const { return table.slots <= kTableLists && total() <= capacity; }
+
+  // Copies the ranks to out[0, total()) in sequence order (fits() holds),
+  // an order fixed by the row. Every thread calls it.
+  __device__ void copy_to(Rank* out) const {
+    const int count = total();
+    walk_table(count, [&](Rank rank, int i) {
+      if (i < count) out[i] = rank;
+    });
+    __syncthreads();
   }
 };
 
@@ -215,9 +232,17 @@ __device__ inline void select_listed_row(const TopkArgs& a, const CandidateLists
     return;
   }
   RankRange r{0, ~Rank{0}, a.k};
-  bool agreed = narrow(source, r, a.k, kCandidateCapacity, sm);
-  const auto candidates =
-      CandidateRanks::contiguous(sm.candidates, collect_candidates(source, r.low, sm));
+  bool agreed = true;
+  CandidateRanks candidates{};
+  if (source.fits(kCandidateCapacity)) {
+    // The usual case with floors: the lists, copied whole in their order,
+    // are the candidates, and the winners are written in that order.
+    source.copy_to(sm.candidates);
+    candidates = CandidateRanks::contiguous(sm.candidates, source.total(), true);
+  } else {
+    agreed = narrow(source, r, a.k, kCandidateCapacity, sm);
+    candidates = CandidateRanks::contiguous(sm.candidates, collect_candidates(source, r.low, sm));
+  }
   agreed = narrow(candidates, r, a.k, -1, sm) && agreed;
   if (!agreed) report_disagreement(a, row);
   write_candidates(a, row, length, candidates, r.low, sm, out);

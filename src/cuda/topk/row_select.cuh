@@ -966,23 +966,6 @@ __device__ void narrow_once(const Source& source, RankRange& r, SharedStorage& s
   r.high = min(high, r.low + ((Rank{1} << shift) - 1));
 }
 
-// Narrows r until it holds exactly r.needed ranks of the source, or, with
-// fit_total >= 0, until the ranks at or above r.low number at most fit_total.
-// Returns false, rather than loop, when the source disagrees with the counts
-// that led here: one rank value counted more than once (a source that lists a
-// rank twice, after a reported error) or fewer ranks in r than promised.
-template <typename Source>
-__device__ bool narrow(const Source& source, RankRange& r, int k, int fit_total,
-                       SharedStorage& sm) {
-  for (;;) {
-    range_stats(source, r, sm.s);
-    const int count = sm.s.range_count;
-    if (count == r.needed || k - r.needed + count <= fit_total) return true;
-    if (sm.s.range_min == sm.s.range_max || count < r.needed) return false;
-    narrow_once(source, r, sm);
-  }
-}
-
 // Moves r to the single r.needed-th largest of the source's ranks in
 // [r.low, r.high] when the range holds `expected` of them, at most kThreads:
 // they are gathered, and each is compared with all the others (one step
@@ -993,6 +976,7 @@ __device__ bool select_in_small_range(const Source& source, RankRange& r, int ex
                                       SharedStorage& sm) {
   static_assert(sizeof(sm.histogram) >= kThreads * sizeof(Rank), "room for the gathered ranks");
   Rank* const gathered = reinterpret_cast<Rank*>(sm.histogram);
+  __syncthreads();  // the caller's reads of the shared fields reset below are done
   if (threadIdx.x == 0) {
     sm.s.kept = 0;
     sm.s.range_count = 0;
@@ -1018,6 +1002,30 @@ __device__ bool select_in_small_range(const Source& source, RankRange& r, int ex
   if (single) r = {sm.s.range_min, sm.s.range_min, 1};
   __syncthreads();  // every thread has read the result before the shared fields are reused
   return single;
+}
+
+// Ranks narrow takes to select_in_small_range: as many pairwise comparisons
+// per thread cost about one round of narrowing.
+inline constexpr int kSmallRange = 64;
+
+// Narrows r until it holds exactly r.needed ranks of the source, or, with
+// fit_total >= 0, until the ranks at or above r.low number at most fit_total.
+// Returns false, rather than loop, when the source disagrees with the counts
+// that led here: one rank value counted more than once (a source that lists a
+// rank twice, after a reported error) or fewer ranks in r than promised.
+template <typename Source>
+__device__ bool narrow(const Source& source, RankRange& r, int k, int fit_total,
+                       SharedStorage& sm) {
+  for (;;) {
+    range_stats(source, r, sm.s);
+    const int count = sm.s.range_count;
+    if (count == r.needed || k - r.needed + count <= fit_total) return true;
+    if (sm.s.range_min == sm.s.range_max || count < r.needed) return false;
+    // Few ranks left: one comparison step instead of more rounds (which
+    // finds no single rank only where ranks repeat: a disagreement).
+    if (fit_total < 0 && count <= kSmallRange) return select_in_small_range(source, r, count, sm);
+    narrow_once(source, r, sm);
+  }
 }
 
 // Records that row `row`'s selection stopped on counts that disagree with its
