@@ -70,6 +70,22 @@ inline Status clear_device_error(const ExecContext& ctx) {
       "cudaMemsetAsync(error record)");
 }
 
+// CTAs of `kernel` (of `threads` threads and `shared_bytes` of dynamic
+// shared memory) that device `device` holds at once; 0 when unknown.
+template <typename Kernel>
+std::int64_t resident_blocks(Kernel kernel, int threads, std::size_t shared_bytes, int device) {
+  int multiprocessors = 0;
+  int per_multiprocessor = 0;
+  if (cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device) !=
+          cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, threads,
+                                                    shared_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return std::int64_t{multiprocessors} * per_multiprocessor;
+}
+
 // Grid size for a grid-stride loop over `count` elements.
 inline unsigned grid_for(std::int64_t count, int threads_per_block, unsigned max_blocks = 65535u) {
   const std::int64_t blocks = (count + threads_per_block - 1) / threads_per_block;

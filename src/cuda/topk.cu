@@ -112,21 +112,6 @@ int cluster_size_for(const TopkProblem& p, int device) {
   return split_pays(p, size) ? static_cast<int>(size) : 1;
 }
 
-// CTAs of `kernel` the device holds at once (0 when unknown).
-template <typename Kernel>
-std::int64_t resident_blocks(Kernel kernel, std::size_t shared_bytes, int device) {
-  int multiprocessors = 0;
-  int per_multiprocessor = 0;
-  if (cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device) !=
-          cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, kThreads,
-                                                    shared_bytes) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return std::int64_t{multiprocessors} * per_multiprocessor;
-}
-
 template <typename Bits>
 Status launch_topk_kernels(const TopkProblem& p, TopkArgs args, cudaStream_t stream, int device) {
   constexpr std::size_t kSharedBytes = sizeof(SharedStorage);
@@ -175,7 +160,7 @@ Status launch_topk_kernels(const TopkProblem& p, TopkArgs args, cudaStream_t str
   DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(kSharedBytes)));
   if (p.cols > kMinOrderedLength) {
-    const std::int64_t first_wave = resident_blocks(kernel, kSharedBytes, device);
+    const std::int64_t first_wave = resident_blocks(kernel, kThreads, kSharedBytes, device);
     if (first_wave > 0 && p.rows > first_wave && p.rows - first_wave <= topk_impl::kMaxOrderedRows) {
       args.second_wave = static_cast<int>(first_wave);
     }

@@ -156,9 +156,7 @@ namespace {
 
 // The checks every Hopper kernel of this file relies on.
 Status check_hopper_problem(const LogitsProblem& p) {
-  const bool native = p.path == LogitsPath::native;
-  if (!supports_native(native ? static_cast<int>(p.next_n) : 1, static_cast<int>(p.heads),
-                       p.head_dim)) {
+  if (!supports_native(p.rows_per_unit(), static_cast<int>(p.heads), p.head_dim)) {
     return {ErrorCode::unsupported,
             "paged_mqa_logits: the Hopper kernels serve H in {32, 64}, D == 128 and, on the "
             "native path, next_n 1..8; got next_n " +
@@ -178,7 +176,7 @@ Status check_hopper_problem(const LogitsProblem& p) {
 Status launch_scoring(const LogitsProblem& p, const CandidateSelection* selection,
                       const ExecContext& ctx) {
   DSA_RETURN_IF_ERROR(check_hopper_problem(p));
-  const int rows = p.path == LogitsPath::native ? static_cast<int>(p.next_n) : 1;
+  const int rows = p.rows_per_unit();
   PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
   DSA_RETURN_IF_ERROR(tensor_map_encoder(&encode));
   CUtensorMap key_map{};
@@ -218,33 +216,25 @@ int most_sample_tiles(std::int64_t max_context_len) {
 }
 
 // Tiles one sampling CTA scores: as many as puts every CTA in the first
-// wave (`resident` CTAs at once), so that each pays its queries' load and
-// its first gathers' latency once and no second wave starts late.
+// wave (`resident` CTAs at once, 0 when unknown), so that each pays its
+// queries' load and its first gathers' latency once and no second wave
+// starts late.
 int sample_tiles_per_cta(std::int64_t units, int tiles, std::int64_t resident) {
-  const std::int64_t all = units * tiles;
-  const std::int64_t per_cta = (all + std::max<std::int64_t>(resident, 1) - 1) /
-                               std::max<std::int64_t>(resident, 1);
-  return static_cast<int>(std::max<std::int64_t>(per_cta, 1));
+  const std::int64_t ctas = std::max<std::int64_t>(resident, 1);
+  return static_cast<int>(std::max<std::int64_t>((units * tiles + ctas - 1) / ctas, 1));
 }
 
 template <int kRows, int kHeads>
-Status launch_samples(const LogitsKernelParams& params, const RowSamples& samples,
+Status launch_samples(const LogitsKernelParams& params, int device, const RowSamples& samples,
                       const ExecContext& ctx, const CUtensorMap& query_map) {
   using Layout = SampleLayout<kRows, kHeads>;
   auto* kernel = &sample_scores_kernel<kRows, kHeads>;
   DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       Layout::launch_bytes));
-  int device = 0;
-  int multiprocessors = 0;
-  int per_multiprocessor = 0;
-  DSA_CUDA_CHECK(cudaGetDevice(&device));
-  DSA_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
-  DSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, kSampleThreads,
-                                                               Layout::launch_bytes));
   const std::int64_t units = schedule_units(params.batch, params.next_n, params.path);
   const int tiles = most_sample_tiles(params.max_context_len);
-  const int tiles_per_cta =
-      sample_tiles_per_cta(units, tiles, std::int64_t{per_multiprocessor} * multiprocessors);
+  const int tiles_per_cta = sample_tiles_per_cta(
+      units, tiles, resident_blocks(kernel, kSampleThreads, Layout::launch_bytes, device));
   const dim3 grid(static_cast<unsigned>(units),
                   static_cast<unsigned>(std::max(1, (tiles + tiles_per_cta - 1) / tiles_per_cta)));
   kernel<<<grid, kSampleThreads, Layout::launch_bytes, stream_of(ctx)>>>(params, samples,
@@ -259,7 +249,7 @@ Status paged_mqa_samples(const LogitsProblem& p, const RowSamples& samples, cons
   DSA_RETURN_IF_ERROR(check_hopper_problem(p));
   const std::int64_t units = schedule_units(p.batch, p.next_n, p.path);
   if (units == 0) return Status::success();
-  const int rows = p.path == LogitsPath::native ? static_cast<int>(p.next_n) : 1;
+  const int rows = p.rows_per_unit();
   PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
   DSA_RETURN_IF_ERROR(tensor_map_encoder(&encode));
   CUtensorMap query_map{};
@@ -267,8 +257,8 @@ Status paged_mqa_samples(const LogitsProblem& p, const RowSamples& samples, cons
   const LogitsKernelParams params = kernel_params(p, ctx);
   return for_rows(rows, [&](auto rows_constant) {
     constexpr int kRows = decltype(rows_constant)::value;
-    if (p.heads == 32) return launch_samples<kRows, 32>(params, samples, ctx, query_map);
-    return launch_samples<kRows, 64>(params, samples, ctx, query_map);
+    if (p.heads == 32) return launch_samples<kRows, 32>(params, p.device.index, samples, ctx, query_map);
+    return launch_samples<kRows, 64>(params, p.device.index, samples, ctx, query_map);
   });
 }
 
