@@ -32,7 +32,8 @@ inline constexpr std::int64_t kSampledContext = 8 * kMaxTopk;
 inline constexpr int kSampleCapacity = 2 * kMaxTopk;
 // Tokens sampled from each page while the capacity allows (one in 32; the
 // pass costs about as much per page read as per token).
-inline constexpr int kSampleTokensPerPage = 2;
+inline constexpr int kSampleTokensPerPageShift = 1;
+inline constexpr int kSampleTokensPerPage = 1 << kSampleTokensPerPageShift;
 // Positions a threshold aims to admit, in units of k, and at least this many
 // standard deviations of the count of samples expected among the row's top
 // k above that count. Sampling 1/32 of a row with k = 2048, 64 samples are
@@ -45,25 +46,24 @@ inline constexpr float kSampleSigmas = 5.0f;
 // Which positions of a unit reading `pages` pages are sampled: sample u is
 // token (page % (64 / per_page)) * per_page + u % per_page of page
 // (u / per_page) * page_step. Positions grow with u, so the samples of a row
-// shorter than the unit are a prefix. per_page is a power of two (1 <<
-// per_page_shift), so that a position costs shifts and one multiply: the
-// sampling pass computes one for every 16 bytes it gathers.
+// shorter than the unit are a prefix. per_page is a power of two, kept as its
+// logarithm, so that a position costs shifts and one multiply: the sampling
+// pass computes one for every 16 bytes it gathers.
 struct SampleMap {
-  int per_page = kSampleTokensPerPage;
-  int per_page_shift = 0;  // log2(per_page)
+  int per_page_shift = kSampleTokensPerPageShift;
   std::int32_t page_step = 1;
   std::int32_t count = 0;  // samples of the unit
+
+  DSA_HD int per_page() const { return 1 << per_page_shift; }
 };
 
 DSA_HD SampleMap sample_map(std::int64_t pages) {
-  static_assert((kSampleTokensPerPage & (kSampleTokensPerPage - 1)) == 0, "a power of two");
   SampleMap map;
-  while (map.per_page > 1 && pages * map.per_page > kSampleCapacity) map.per_page /= 2;
-  while ((1 << map.per_page_shift) < map.per_page) ++map.per_page_shift;
+  while (map.per_page_shift > 0 && pages * map.per_page() > kSampleCapacity) --map.per_page_shift;
   map.page_step = pages <= kSampleCapacity
                       ? 1
                       : static_cast<std::int32_t>((pages + kSampleCapacity - 1) / kSampleCapacity);
-  map.count = static_cast<std::int32_t>((pages + map.page_step - 1) / map.page_step) * map.per_page;
+  map.count = static_cast<std::int32_t>((pages + map.page_step - 1) / map.page_step) * map.per_page();
   return map;
 }
 
@@ -78,7 +78,7 @@ DSA_HD std::int64_t sample_position(const SampleMap& map, std::int32_t u) {
   const std::int64_t page = std::int64_t{u >> map.per_page_shift} * map.page_step;
   const int runs_mask = (kPageTokens >> map.per_page_shift) - 1;  // runs a page holds, less one
   return page * kPageTokens + ((static_cast<int>(page) & runs_mask) << map.per_page_shift) +
-         (u & (map.per_page - 1));
+         (u & (map.per_page() - 1));
 }
 
 // Samples of the map below `limit` (a prefix), by bisection.
