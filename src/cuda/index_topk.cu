@@ -116,12 +116,18 @@ struct ThresholdStorage {
   std::int32_t rank;           // threshold_rank's, 0 for none
 };
 
+// Digits a floor resolves below the highest digit in which a row's sample
+// keys differ: 16 bits of the key from there on (a float to within 1 % or
+// finer), after which the rounds would only refine a hint.
+constexpr int kFloorDigits = 2;
+
 // The r-th largest (r >= 1) of the keys the CTA holds (`valid` of them per
-// thread at most; the others are ignored), by one 8-bit digit at a time from
-// the highest digit in which the keys differ (a row's samples mostly share
-// their top digits). Every thread calls it; storage.lowest and
+// thread at most; the others are ignored), to kFloorDigits 8-bit digits
+// from the highest digit in which the keys differ (a row's samples mostly
+// share their top digits), the digits below 0: a key at or below the r-th
+// largest, one digit a round. Every thread calls it; storage.lowest and
 // storage.highest start at ~0 and 0.
-__device__ std::uint32_t rth_largest_key(const std::uint32_t (&keys)[kThresholdKeysPerThread],
+__device__ std::uint32_t floor_key(const std::uint32_t (&keys)[kThresholdKeysPerThread],
                                          const bool (&valid)[kThresholdKeysPerThread], int r,
                                          ThresholdStorage& storage) {
   const int thread = static_cast<int>(threadIdx.x);
@@ -149,7 +155,8 @@ __device__ std::uint32_t rth_largest_key(const std::uint32_t (&keys)[kThresholdK
   std::uint32_t prefix_mask = top_shift == 24 ? 0u : ~0u << (top_shift + 8);
   std::uint32_t prefix = storage.lowest & prefix_mask;
   int remaining = r;
-  for (int shift = top_shift; shift >= 0; shift -= 8) {
+  const int last_shift = max(0, top_shift - 8 * (kFloorDigits - 1));
+  for (int shift = top_shift; shift >= last_shift; shift -= 8) {
     for (int bin = thread; bin < kDigitBins; bin += kThresholdThreads) storage.histogram[bin] = 0;
     __syncthreads();
 #pragma unroll
@@ -182,8 +189,8 @@ __device__ std::uint32_t rth_largest_key(const std::uint32_t (&keys)[kThresholdK
 
 // One CTA per row: the row's selection length, and with samples its floor
 // (the lowest rank its lists take): the threshold_rank-th largest of its
-// samples below that length, or 0 (no floor). Also clears the list counts
-// and the flag.
+// samples below that length (floor_key's), or 0 (no floor). Also clears
+// the list counts and the flag.
 __global__ void __launch_bounds__(kThresholdThreads)
     sample_thresholds_kernel(LogitsProblem p, const std::int32_t* topk_lens,
                              std::int64_t topk_lens_stride, int k, hopper::RowSamples samples,
@@ -230,7 +237,7 @@ __global__ void __launch_bounds__(kThresholdThreads)
   for (int i = 0; i < kThresholdKeysPerThread; ++i) {
     valid[i] = thread + kThresholdThreads * i < storage.valid_samples;
   }
-  const std::uint32_t key = rth_largest_key(keys, valid, r, storage);
+  const std::uint32_t key = floor_key(keys, valid, r, storage);
   if (thread == 0) floors[row] = topk_impl::rank_of(key, 0xffffffffu);
 }
 
@@ -273,14 +280,18 @@ __global__ void __launch_bounds__(topk_impl::kThreads, 2)
   extern __shared__ __align__(16) unsigned char shared_base[];
   auto& storage = *reinterpret_cast<topk_impl::ListedStorage*>(shared_base);
   const std::int64_t row = blockIdx.x;
-  if (!topk_impl::schedule_is_monotone(schedule, workers)) {
+  // Issued before the schedule's read, so that the two loads overlap.
+  const int length = args.lengths[row * args.lengths_stride];
+  const topk_impl::UnitWorkers unit =
+      topk_impl::unit_workers(schedule, workers, row / lists.rows_per_unit);
+  if (!unit.monotone) {
     // The result is void (the error is recorded); leave no stale indices.
     for (int i = static_cast<int>(threadIdx.x); i < args.k; i += topk_impl::kThreads) {
       args.indices[row * args.indices_stride + i] = -1;
     }
     return;
   }
-  topk_impl::select_listed_row(args, lists, schedule, workers, row, short_rows, storage);
+  topk_impl::select_listed_row(args, lists, schedule, unit, length, row, short_rows, storage);
 }
 
 // The top-k problem of the selection step: the rows' lengths and the output.

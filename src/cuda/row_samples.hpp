@@ -37,8 +37,8 @@ inline constexpr int kSampleTokensPerPage = 1 << kSampleTokensPerPageShift;
 // Positions a threshold aims to admit, in units of k, and at least this many
 // standard deviations of the count of samples expected among the row's top
 // k above that count. Sampling 1/32 of a row with k = 2048, 64 samples are
-// expected there and the threshold is the 105th largest (about 1.64 k
-// admitted): fewer than k admissions, the row's second pass, has a
+// expected there and the threshold is the 105th largest, to 16 bits (about
+// 1.64 k admitted): fewer than k admissions, the row's second pass, has a
 // probability near 1e-6 (binomial tail).
 inline constexpr float kSampleMargin = 1.5f;
 inline constexpr float kSampleSigmas = 5.0f;

@@ -367,14 +367,26 @@ dsa::IndexTopkOptions native_fused_options() {
   return options;
 }
 
-// index_topk, fused on the native path, into a poisoned output.
-dsa::Status run_native_fused(const DeviceWorkload& dw, const dsa::TensorView& schedule, const dsa::ExecContext& ctx) {
+// index_topk, fused on the native path, into a poisoned output; top-k
+// lengths `topk_lens`, or the causal lengths.
+dsa::Status run_native_fused(const DeviceWorkload& dw, const dsa::TensorView& schedule, const dsa::ExecContext& ctx,
+                             const std::vector<std::int32_t>* topk_lens = nullptr) {
   const Workload& w = *dw.host;
   const dsa::IndexTopkOptions options = native_fused_options();
   const dsa::DeviceBuffer indices = device_filled(4 * w.rows() * options.k, 0xFF);
+  const dsa::DeviceBuffer topk_lens_device = device_copy(topk_lens != nullptr ? *topk_lens : w.causal_lens);
   return dsa::index_topk(dw.q_view(), dw.cache_view(), dw.weights_view(), dw.lens_view(), dw.block_table_view(),
-                         schedule, w.max_context_len, dw.causal_view(),
+                         schedule, w.max_context_len, device_view(topk_lens_device, DType::int32, {w.rows()}),
                          device_view(indices, DType::int32, {w.rows(), options.k}), options, ctx);
+}
+
+// Two requests of two draft rows, of the given prefix lengths.
+Workload two_requests_n2(std::vector<std::int32_t> prefixes) {
+  WorkloadSpec spec;
+  spec.batch = 2;
+  spec.next_n = 2;
+  spec.prefix_lens = std::move(prefixes);
+  return make_workload(spec);
 }
 
 // A context with the workspace the query gives for the fused strategy.
@@ -402,15 +414,35 @@ TEST(GpuIndexTopk, FusedReportsOverlappingSchedule) {
   EXPECT_EQ(status.code(), dsa::ErrorCode::schedule_mismatch) << status.to_string();
 }
 
+// On rows long enough for the sampling pass, the pass applies the top-k
+// length rules (it finds each row's selection length): a top-k length past
+// the row's context and a negative one are reported as the unfused call
+// reports them.
+TEST(GpuIndexTopk, FusedSampledRowsReportTopkLengthRules) {
+  DSA_REQUIRE_HOPPER();
+  const Workload w = two_requests_n2({17000, 20000});
+  const DeviceWorkload dw(w);
+  GpuContext gpu = fused_context(w);
+  gpu.ctx.check_device_errors = true;
+  const dsa::DeviceBuffer schedule = plan_on_device(dw, workers_for(gpu.ctx), LogitsPath::native, gpu.ctx);
+  std::vector<std::int32_t> beyond = w.causal_lens;
+  beyond[3] += 5;
+  const dsa::Status beyond_status = run_native_fused(dw, schedule_view(schedule), gpu.ctx, &beyond);
+  EXPECT_EQ(beyond_status.code(), dsa::ErrorCode::length_out_of_range) << beyond_status.to_string();
+  std::vector<std::int32_t> negative = w.causal_lens;
+  negative[2] = -3;
+  const dsa::Status negative_status = run_native_fused(dw, schedule_view(schedule), gpu.ctx, &negative);
+  EXPECT_EQ(negative_status.code(), dsa::ErrorCode::invalid_argument) << negative_status.to_string();
+  // The same workspace serves a valid call next: no violation stays behind.
+  const dsa::Status valid_status = run_native_fused(dw, schedule_view(schedule), gpu.ctx);
+  EXPECT_TRUE(valid_status.ok()) << valid_status.to_string();
+}
+
 // A schedule with more workers than the workspace query planned for needs a
 // larger workspace, and the call says so rather than overrun it.
 TEST(GpuIndexTopk, FusedWorkspaceFollowsTheSchedule) {
   DSA_REQUIRE_HOPPER();
-  WorkloadSpec spec;
-  spec.batch = 2;
-  spec.next_n = 2;
-  spec.prefix_lens = {3000, 4000};
-  const Workload w = make_workload(spec);
+  const Workload w = two_requests_n2({3000, 4000});
   const DeviceWorkload dw(w);
   GpuContext gpu = fused_context(w);
   const dsa::DeviceBuffer schedule = plan_on_device(dw, 4 * workers_for(gpu.ctx), LogitsPath::native, gpu.ctx);

@@ -156,34 +156,48 @@ struct ListedRanks {
   }
 };
 
-// The workers whose schedule entry lies in unit `unit`: [*first, *end) of a
-// monotone schedule (schedule_is_monotone), counted by a thread per worker
-// rather than searched, which would wait for one load after another. Every
-// thread of the CTA calls it.
-__device__ inline void workers_in_unit(const std::int32_t* schedule, int workers, std::int64_t unit,
-                                       int* first, int* end) {
-  int before = 0;
-  int through = 0;
+// What a row's selection needs of the schedule: the workers whose entry lies
+// in the row's unit, [first, end) when the schedule is monotone, and whether
+// it is: false when some worker's entry comes before its predecessor's, so
+// that worker ranges overlap and a position may be listed twice (the scoring
+// kernel has reported such a schedule).
+struct UnitWorkers {
+  int first;
+  int end;
+  bool monotone;
+};
+
+// UnitWorkers of unit `unit`, from one read of the schedule: a thread per
+// worker counts rather than searches, which would wait for one load after
+// another. Every thread of the CTA calls it.
+__device__ inline UnitWorkers unit_workers(const std::int32_t* schedule, int workers,
+                                           std::int64_t unit) {
+  UnitWorkers found{0, 0, true};
   for (int base = 0; base < workers; base += kThreads) {
     const int w = base + static_cast<int>(threadIdx.x);
-    const std::int64_t entry_unit = w < workers ? schedule_entry(schedule, w).unit : unit + 1;
-    before += __syncthreads_count(entry_unit < unit);
-    through += __syncthreads_count(entry_unit <= unit);
+    std::int64_t entry_unit = unit + 1;
+    bool in_order = true;
+    if (w < workers) {
+      const WorkItem entry = schedule_entry(schedule, w);
+      entry_unit = entry.unit;
+      in_order = w + 1 == workers || !item_before(schedule_entry(schedule, w + 1), entry);
+    }
+    found.first += __syncthreads_count(entry_unit < unit);
+    found.end += __syncthreads_count(entry_unit <= unit);
+    found.monotone = __syncthreads_and(in_order) != 0 && found.monotone;
   }
-  *first = before;
-  *end = through;
+  return found;
 }
 
 // Row `row`'s lists, their table loaded (its only window, or each window in
-// turn to count the ranks). Every thread of the CTA calls it.
+// turn to count the ranks); `unit` is the row's unit's. Every thread of the
+// CTA calls it.
 __device__ inline ListedRanks listed_ranks(const CandidateLists& lists, const std::int32_t* schedule,
-                                           int workers, std::int64_t row, ListTable& table) {
-  int first_worker = 0;
-  int end_worker = 0;
-  workers_in_unit(schedule, workers, row / lists.rows_per_unit, &first_worker, &end_worker);
+                                           const UnitWorkers& unit, std::int64_t row,
+                                           ListTable& table) {
   if (threadIdx.x == 0) {
-    table.first_worker = first_worker;
-    table.slots = (1 + end_worker - first_worker) * lists.parts;
+    table.first_worker = unit.first;
+    table.slots = (1 + unit.end - unit.first) * lists.parts;
   }
   __syncthreads();
   const ListedRanks source{lists, schedule, row, table};
@@ -194,32 +208,20 @@ __device__ inline ListedRanks listed_ranks(const CandidateLists& lists, const st
   return source;
 }
 
-// False when some worker's schedule entry comes before its predecessor's: then
-// worker ranges overlap and a position may be listed twice. The scoring
-// kernel has reported such a schedule (schedule_mismatch). Every thread of
-// the CTA calls it.
-__device__ inline bool schedule_is_monotone(const std::int32_t* schedule, int workers) {
-  bool ordered = true;
-  for (int w = static_cast<int>(threadIdx.x); w + 1 < workers; w += kThreads) {
-    if (item_before(schedule_entry(schedule, w + 1), schedule_entry(schedule, w))) ordered = false;
-  }
-  return __syncthreads_and(ordered) != 0;
-}
-
-// Row `row` (its selection length in a.lengths) into a.indices, from the
-// lists of a monotone schedule. A row whose lists hold fewer than k ranks
-// raises *short_rows (when given).
+// Row `row`, of selection length `length` (a.lengths'), into a.indices,
+// from the lists of a monotone schedule (`unit`: the row's unit's workers).
+// A row whose lists hold fewer than k ranks raises *short_rows (when given).
 __device__ inline void select_listed_row(const TopkArgs& a, const CandidateLists& lists,
-                                         const std::int32_t* schedule, int workers, std::int64_t row,
-                                         std::int32_t* short_rows, ListedStorage& storage) {
+                                         const std::int32_t* schedule, const UnitWorkers& unit,
+                                         int length, std::int64_t row, std::int32_t* short_rows,
+                                         ListedStorage& storage) {
   SharedStorage& sm = storage.select;
-  const int length = a.lengths[row * a.lengths_stride];
   std::int32_t* out = a.indices + row * a.indices_stride;
   if (length <= a.k) {
     write_all_positions(a, row, length, out);
     return;
   }
-  const ListedRanks source = listed_ranks(lists, schedule, workers, row, storage.table);
+  const ListedRanks source = listed_ranks(lists, schedule, unit, row, storage.table);
   if (source.total() < a.k) {
     // Lists that started at a threshold the row did not reach k times, or a
     // run whose schedule the scoring reported (one that leaves positions
