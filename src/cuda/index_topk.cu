@@ -14,7 +14,7 @@
 // fewer than k ranks raises a flag, on which the selection kernel and the
 // list selection run again without thresholds (each CTA returns at once
 // when the flag is down). Workspace: [error record][top-k lengths][list
-// counts, flag][lists][samples][row samples][floors]; nothing in it grows
+// counts, flag][lists][samples][sample maps][floors]; nothing in it grows
 // with the context length.
 #include <cuda_runtime.h>
 
@@ -128,8 +128,8 @@ constexpr int kFloorDigits = 2;
 // largest, one digit a round. Every thread calls it; storage.lowest and
 // storage.highest start at ~0 and 0.
 __device__ std::uint32_t floor_key(const std::uint32_t (&keys)[kThresholdKeysPerThread],
-                                         const bool (&valid)[kThresholdKeysPerThread], int r,
-                                         ThresholdStorage& storage) {
+                                   const bool (&valid)[kThresholdKeysPerThread], int r,
+                                   ThresholdStorage& storage) {
   const int thread = static_cast<int>(threadIdx.x);
   const int lane = thread % 32;
   std::uint32_t lowest = ~0u;
@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(kThresholdThreads)
   // The keys are loaded while thread 0 finds how many of them count: every
   // slot of the row's sample, a stale one ignored below.
   std::uint32_t keys[kThresholdKeysPerThread] = {};
-  if (samples.rows != nullptr) {
+  if (samples.maps != nullptr) {
     const float* values = samples.values + row * kSampleCapacity;
 #pragma unroll
     for (int i = 0; i < kThresholdKeysPerThread; ++i) {
@@ -218,15 +218,16 @@ __global__ void __launch_bounds__(kThresholdThreads)
     const std::int32_t length = selection_length(p, topk_lens, topk_lens_stride, row, record);
     lengths[row] = length;
     // The bisection over the sample map is done once, not by every thread.
+    // The length is within the row's valid positions (0 for a row breaking
+    // a rule), so the samples below it are the row's to count.
     storage.valid_samples = 0;
-    if (samples.rows != nullptr && length > k) {
-      const RowSample sample = samples.rows[row];
-      storage.valid_samples = min(sample.valid, samples_below(sample.map, length));
+    if (samples.maps != nullptr && length > k) {
+      storage.valid_samples = samples_below(samples.maps[row], length);
     }
     storage.rank = threshold_rank(storage.valid_samples, length, k);
     storage.lowest = ~0u;
     storage.highest = 0;
-    if (samples.rows != nullptr && storage.rank == 0) floors[row] = 0;
+    if (samples.maps != nullptr && storage.rank == 0) floors[row] = 0;
   }
   __syncthreads();
   // No sample: no floors. No rank: the floor is the lowest.
@@ -242,14 +243,14 @@ __global__ void __launch_bounds__(kThresholdThreads)
 }
 
 // Fused workspace: [error record][top-k lengths][list counts, flag][lists]
-// [samples][row samples][floors].
+// [samples][sample maps][floors].
 struct FusedPlan {
   std::size_t lengths_offset = 0;
   std::size_t counts_offset = 0;
   std::int64_t counts = 0;  // list counts, then the flag
   std::size_t lists_offset = 0;
   std::size_t samples_offset = 0;
-  std::size_t row_samples_offset = 0;
+  std::size_t maps_offset = 0;
   std::size_t floors_offset = 0;
   std::size_t total = 0;
 };
@@ -265,8 +266,8 @@ FusedPlan plan_fused_workspace(std::int64_t rows, int workers, int rows_per_unit
   plan.counts = lists;
   plan.lists_offset = plan.counts_offset + bytes(lists + 1, sizeof(std::int32_t));
   plan.samples_offset = plan.lists_offset + bytes(lists * kListCapacity, sizeof(topk_impl::Rank));
-  plan.row_samples_offset = plan.samples_offset + bytes(rows * kSampleCapacity, sizeof(float));
-  plan.floors_offset = plan.row_samples_offset + bytes(rows, sizeof(RowSample));
+  plan.maps_offset = plan.samples_offset + bytes(rows * kSampleCapacity, sizeof(float));
+  plan.floors_offset = plan.maps_offset + bytes(rows, sizeof(SampleMap));
   plan.total = plan.floors_offset + bytes(rows, sizeof(topk_impl::Rank));
   return plan;
 }
@@ -355,7 +356,7 @@ Status fused_index_topk(const IndexTopkProblem& p, const ExecContext& ctx) {
   const bool sampled = p.logits.max_context_len >= kSampledContext;
   if (sampled) {
     samples.values = reinterpret_cast<float*>(workspace + plan.samples_offset);
-    samples.rows = reinterpret_cast<RowSample*>(workspace + plan.row_samples_offset);
+    samples.maps = reinterpret_cast<SampleMap*>(workspace + plan.maps_offset);
     DSA_RETURN_IF_ERROR(hopper::paged_mqa_samples(p.logits, samples, ctx));
   }
   // A list no worker writes reads as empty: the counts (and the flag) start at 0.

@@ -96,12 +96,6 @@ DSA_HD std::int32_t samples_below(const SampleMap& map, std::int64_t limit) {
   return low;
 }
 
-// What the sampling pass leaves per logits row beside the values.
-struct RowSample {
-  SampleMap map;       // of the row's unit
-  std::int32_t valid;  // samples below the row's length (0 for a row breaking a rule)
-};
-
 // The rank (1 = largest) of the sample value a row's threshold takes, with
 // `samples` of its positions below `length` sampled: about kSampleMargin
 // times the samples expected among the row's top k, and at least

@@ -171,18 +171,24 @@ Status check_hopper_problem(const LogitsProblem& p) {
   return Status::success();
 }
 
+// The tensor map of p's queries (a box per unit of p.rows_per_unit() draft
+// rows) and, when key_map is given, the key cache's.
+Status encode_maps(const LogitsProblem& p, CUtensorMap* query_map, CUtensorMap* key_map) {
+  PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+  DSA_RETURN_IF_ERROR(tensor_map_encoder(&encode));
+  if (key_map != nullptr) DSA_RETURN_IF_ERROR(encode_key_map(encode, p.cache, key_map));
+  return encode_query_map(encode, p, p.rows_per_unit(), query_map);
+}
+
 // Checks, tensor maps and the launch of either kernel family; `selection`
 // (nullptr for logits) makes it the selection kernel.
 Status launch_scoring(const LogitsProblem& p, const CandidateSelection* selection,
                       const ExecContext& ctx) {
   DSA_RETURN_IF_ERROR(check_hopper_problem(p));
   const int rows = p.rows_per_unit();
-  PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
-  DSA_RETURN_IF_ERROR(tensor_map_encoder(&encode));
   CUtensorMap key_map{};
   CUtensorMap query_map{};
-  DSA_RETURN_IF_ERROR(encode_key_map(encode, p.cache, &key_map));
-  DSA_RETURN_IF_ERROR(encode_query_map(encode, p, rows, &query_map));
+  DSA_RETURN_IF_ERROR(encode_maps(p, &query_map, &key_map));
   LogitsKernelParams params = kernel_params(p, ctx);
   if (selection == nullptr) {
     if (p.heads == 32) return launch_for_rows<32, false>(rows, params, ctx, key_map, query_map);
@@ -250,10 +256,8 @@ Status paged_mqa_samples(const LogitsProblem& p, const RowSamples& samples, cons
   const std::int64_t units = schedule_units(p.batch, p.next_n, p.path);
   if (units == 0) return Status::success();
   const int rows = p.rows_per_unit();
-  PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
-  DSA_RETURN_IF_ERROR(tensor_map_encoder(&encode));
   CUtensorMap query_map{};
-  DSA_RETURN_IF_ERROR(encode_query_map(encode, p, rows, &query_map));
+  DSA_RETURN_IF_ERROR(encode_maps(p, &query_map, nullptr));
   const LogitsKernelParams params = kernel_params(p, ctx);
   return for_rows(rows, [&](auto rows_constant) {
     constexpr int kRows = decltype(rows_constant)::value;

@@ -23,10 +23,11 @@ bool supports_native(int next_n, int heads, int head_dim);
 // dimension supports_native accepts. The caller has cleared the error record.
 Status paged_mqa_logits(const LogitsProblem& p, const ExecContext& ctx);
 
-// Where the sampling pass leaves its results (row_samples.hpp).
+// Where the sampling pass leaves its results (row_samples.hpp). A row's
+// samples below a length are the first samples_below(map, length) values.
 struct RowSamples {
   float* values = nullptr;    // [rows][kSampleCapacity]: sample u of row r at r * kSampleCapacity + u
-  RowSample* rows = nullptr;  // [rows]
+  SampleMap* maps = nullptr;  // [rows] the map of the row's unit
 };
 
 // Scores the sampled positions of every row (row_samples.hpp) into `samples`:

@@ -103,11 +103,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   const std::int64_t first_row = rows.request * p.next_n + rows.first_draft;
   const SampleMap map =
       sample_map((std::int64_t{read_length<kRows>(p, rows)} + kPageTokens - 1) / kPageTokens);
-  if (blockIdx.y == 0 && thread < kRows) {
-    const std::int32_t length = row_length(p.lens, rows.request, rows.first_draft + thread);
-    const bool valid = length_violation(p, length) == kNoDeviceError;
-    out.rows[first_row + thread] = RowSample{map, valid ? samples_below(map, length) : 0};
-  }
+  if (blockIdx.y == 0 && thread < kRows) out.maps[first_row + thread] = map;
   const int tiles = (map.count + kSampleTileTokens - 1) / kSampleTileTokens;
   const int first_tile = static_cast<int>(blockIdx.y) * tiles_per_cta;
   const int end_tile = min(tiles, first_tile + tiles_per_cta);
