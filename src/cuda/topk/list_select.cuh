@@ -131,15 +131,12 @@ struct ListedRanks {
   // As CandidateRanks::for_each, kLoadsAhead loads in flight per thread.
   template <typename F>
   __device__ void for_each(F&& f) const {
+    const auto walk = [&](int count) { walk_table(count, [&](Rank rank, int i) { f(rank, i < count); }); };
     if (table.slots <= kTableLists) {
-      const int count = total();
-      walk_table(count, [&](Rank rank, int i) { f(rank, i < count); });
+      walk(total());
       return;
     }
-    for (int first = 0; first < table.slots; first += kTableLists) {
-      const int count = load_window(first);
-      walk_table(count, [&](Rank rank, int i) { f(rank, i < count); });
-    }
+    for (int first = 0; first < table.slots; first += kTableLists) walk(load_window(first));
   }
 
   // Whether copy_to can take the ranks: one table, and room for them.
