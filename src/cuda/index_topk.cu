@@ -14,8 +14,8 @@
 // fewer than k ranks raises a flag, on which the selection kernel and the
 // list selection run again without thresholds (each CTA returns at once
 // when the flag is down). Workspace: [error record][top-k lengths][list
-// counts, flag][lists][samples][sample maps][floors]; nothing in it grows
-// with the context length.
+// counts, flag][lists][samples][sample maps][floors]; only the lists of
+// calls without a sample grow with the context length (candidate_lists.hpp).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -255,7 +255,12 @@ struct FusedPlan {
   std::size_t total = 0;
 };
 
-FusedPlan plan_fused_workspace(std::int64_t rows, int workers, int rows_per_unit) {
+// Whether the fused pass scores a sample first and lists only what its
+// thresholds admit.
+bool thresholds_for(std::int64_t max_context_len) { return max_context_len >= kSampledContext; }
+
+FusedPlan plan_fused_workspace(std::int64_t rows, std::int64_t max_context_len, int workers,
+                               int rows_per_unit) {
   const std::int64_t lists = candidate_list_count(rows, rows_per_unit, workers);
   const auto bytes = [](std::int64_t count, std::size_t size) {
     return align_workspace(static_cast<std::size_t>(count) * size);
@@ -265,7 +270,10 @@ FusedPlan plan_fused_workspace(std::int64_t rows, int workers, int rows_per_unit
   plan.counts_offset = plan.lengths_offset + bytes(rows, sizeof(std::int32_t));
   plan.counts = lists;
   plan.lists_offset = plan.counts_offset + bytes(lists + 1, sizeof(std::int32_t));
-  plan.samples_offset = plan.lists_offset + bytes(lists * kListCapacity, sizeof(topk_impl::Rank));
+  plan.samples_offset =
+      plan.lists_offset +
+      bytes(lists * list_capacity(rows_per_unit, max_context_len, thresholds_for(max_context_len)),
+            sizeof(topk_impl::Rank));
   plan.maps_offset = plan.samples_offset + bytes(rows * kSampleCapacity, sizeof(float));
   plan.floors_offset = plan.maps_offset + bytes(rows, sizeof(SampleMap));
   plan.total = plan.floors_offset + bytes(rows, sizeof(topk_impl::Rank));
@@ -344,7 +352,8 @@ Status launch_select_listed(const topk_impl::TopkArgs& args, const CandidateList
 Status fused_index_topk(const IndexTopkProblem& p, const ExecContext& ctx) {
   const std::int64_t rows = p.logits.rows();
   if (rows == 0) return Status::success();
-  const FusedPlan plan = plan_fused_workspace(rows, p.logits.num_workers, p.logits.rows_per_unit());
+  const FusedPlan plan =
+      plan_fused_workspace(rows, p.logits.max_context_len, p.logits.num_workers, p.logits.rows_per_unit());
   unsigned char* workspace = static_cast<unsigned char*>(ctx.workspace.data);
   const cudaStream_t stream = stream_of(ctx);
   auto* lengths = reinterpret_cast<std::int32_t*>(workspace + plan.lengths_offset);
@@ -353,7 +362,7 @@ Status fused_index_topk(const IndexTopkProblem& p, const ExecContext& ctx) {
   auto* floors = reinterpret_cast<topk_impl::Rank*>(workspace + plan.floors_offset);
 
   hopper::RowSamples samples;
-  const bool sampled = p.logits.max_context_len >= kSampledContext;
+  const bool sampled = thresholds_for(p.logits.max_context_len);
   if (sampled) {
     samples.values = reinterpret_cast<float*>(workspace + plan.samples_offset);
     samples.maps = reinterpret_cast<SampleMap*>(workspace + plan.maps_offset);
@@ -373,6 +382,8 @@ Status fused_index_topk(const IndexTopkProblem& p, const ExecContext& ctx) {
   selection.lists.rows = rows;
   selection.lists.rows_per_unit = p.logits.rows_per_unit();
   selection.lists.parts = list_parts(selection.lists.rows_per_unit);
+  selection.lists.capacity =
+      list_capacity(selection.lists.rows_per_unit, p.logits.max_context_len, sampled);
   selection.floors = sampled ? floors : nullptr;
   DSA_RETURN_IF_ERROR(hopper::paged_mqa_candidates(p.logits, selection, ctx));
   const topk_impl::TopkArgs args =
@@ -392,7 +403,7 @@ Status fused_index_topk(const IndexTopkProblem& p, const ExecContext& ctx) {
 
 std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_context_len, int /*k*/,
                                        bool fused, int workers, int rows_per_unit, int /*device*/) {
-  if (fused) return plan_fused_workspace(rows, workers, rows_per_unit).total;
+  if (fused) return plan_fused_workspace(rows, max_context_len, workers, rows_per_unit).total;
   return plan_workspace(rows, max_context_len).total;
 }
 

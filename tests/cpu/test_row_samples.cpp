@@ -21,22 +21,23 @@ std::vector<std::int64_t> positions_of(const sampling::SampleMap& map) {
   return positions;
 }
 
-TEST(RowSamples, RunsOfAdjacentTokensFromEveryPageWhileTheyFit) {
-  for (std::int64_t pages : {1, 2, 17, 1000, 1024}) {
+TEST(RowSamples, RunsOfAdjacentTokensFromEveryOtherPageWhileTheyFit) {
+  for (std::int64_t pages : {1, 2, 17, 1000, 1024, 2047, 2048}) {
+    const std::int64_t sampled_pages = (pages + 1) / 2;
     const sampling::SampleMap map = sampling::sample_map(pages);
-    ASSERT_EQ(map.count, pages * sampling::kSampleTokensPerPage) << pages;
+    ASSERT_EQ(map.count, sampled_pages * sampling::kSampleTokensPerPage) << pages;
     const std::vector<std::int64_t> positions = positions_of(map);
     std::set<std::int64_t> starts_of_16_pages;
-    for (std::int64_t page = 0; page < pages; ++page) {
-      const std::int64_t first = positions[page * sampling::kSampleTokensPerPage];
-      EXPECT_EQ(first / dsa::kPageTokens, page);
+    for (std::int64_t ordinal = 0; ordinal < sampled_pages; ++ordinal) {
+      const std::int64_t first = positions[ordinal * sampling::kSampleTokensPerPage];
+      EXPECT_EQ(first / dsa::kPageTokens, 2 * ordinal);
       for (int i = 1; i < sampling::kSampleTokensPerPage; ++i) {
-        EXPECT_EQ(positions[page * sampling::kSampleTokensPerPage + i], first + i) << page;
+        EXPECT_EQ(positions[ordinal * sampling::kSampleTokensPerPage + i], first + i) << ordinal;
       }
-      if (page < 16) starts_of_16_pages.insert(first % dsa::kPageTokens);
+      if (ordinal < 16) starts_of_16_pages.insert(first % dsa::kPageTokens);
     }
-    // The run moves from page to page: 16 pages start it at 16 offsets.
-    if (pages >= 16) EXPECT_EQ(starts_of_16_pages.size(), 16u) << pages;
+    // The run moves from sampled page to sampled page: 16 of them start it at 16 offsets.
+    if (sampled_pages >= 16) EXPECT_EQ(starts_of_16_pages.size(), 16u) << pages;
   }
 }
 
@@ -45,13 +46,20 @@ TEST(RowSamples, PositionsFollowTheMapsFormula) {
   for (std::int64_t pages : {1, 5, 1024, 2047, 2048, 2049, 3000, 4096, 4097, 9000, 70001}) {
     const sampling::SampleMap map = sampling::sample_map(pages);
     const int per_page = map.per_page();
-    // Fewer tokens a page only where the capacity asks for it.
-    ASSERT_TRUE(per_page == sampling::kSampleTokensPerPage || pages * 2 * per_page > sampling::kSampleCapacity)
+    // Every other page at least; more apart, and fewer tokens a page, only
+    // where the capacity asks for it.
+    // (A step one shorter would sample more pages than the capacity.)
+    const std::int64_t pages_one_step_closer = (pages + map.page_step - 2) / (map.page_step - 1);
+    ASSERT_TRUE(map.page_step == 2 || pages_one_step_closer > sampling::kSampleCapacity) << pages;
+    const std::int64_t sampled_pages = (pages + map.page_step - 1) / map.page_step;
+    ASSERT_TRUE(per_page == sampling::kSampleTokensPerPage ||
+                sampled_pages * 2 * per_page > sampling::kSampleCapacity)
         << pages;
     for (std::int32_t u = 0; u < map.count; ++u) {
-      const std::int64_t page = static_cast<std::int64_t>(u / per_page) * map.page_step;
-      const std::int64_t token = page % (dsa::kPageTokens / per_page) * per_page + u % per_page;
-      ASSERT_EQ(sampling::sample_position(map, u), page * dsa::kPageTokens + token) << pages << " " << u;
+      const std::int64_t ordinal = u / per_page;
+      const std::int64_t token = ordinal % (dsa::kPageTokens / per_page) * per_page + u % per_page;
+      ASSERT_EQ(sampling::sample_position(map, u), ordinal * map.page_step * dsa::kPageTokens + token)
+          << pages << " " << u;
     }
   }
 }

@@ -259,7 +259,8 @@ std::vector<FusedCase> fused_cases() {
     c->workers = 2;
   }
   {
-    // Long rows mostly scored by one worker each (many compactions per list).
+    // Long rows mostly scored by one worker each: one list takes most of a
+    // row's admissions.
     FusedCase* c = add("n3_many_long_requests", 24, 3, {});
     c->spec.min_prefix = 40000;
     c->spec.max_prefix = 80000;
@@ -281,8 +282,8 @@ std::vector<FusedCase> fused_cases() {
     c->first_request_scale = 1000.0f;
   }
   {
-    // Six draft rows: two selector warps keep two lists each, and long
-    // ranges over four workers fill and compact both of them.
+    // Six draft rows: two selector warps keep two lists each, over long
+    // ranges of four workers.
     FusedCase* c = add("n6_two_lists_per_selector", 2, 6, {40000, 30000});
     c->workers = 4;
   }
@@ -297,6 +298,18 @@ std::vector<FusedCase> fused_cases() {
     // Every logit 0 past the sampling threshold: the threshold admits every
     // position, and the lists compact as without one.
     FusedCase* c = add("ties_sampled_n1", 1, 1, {20000});
+    c->zero_weights = true;
+    c->workers = 3;
+  }
+  {
+    // The same where a row has one part (n3) and a selector warp two rows'
+    // lists (n6): each worker's lists take every position and compact.
+    FusedCase* c = add("ties_sampled_n3", 1, 3, {20000});
+    c->zero_weights = true;
+    c->workers = 2;
+  }
+  {
+    FusedCase* c = add("ties_sampled_n6", 2, 6, {20000, 17000});
     c->zero_weights = true;
     c->workers = 3;
   }

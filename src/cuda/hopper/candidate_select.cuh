@@ -37,9 +37,9 @@ constexpr int active_selectors(int rows) {
 constexpr int rows_per_selector(int rows) { return (rows + kSelectorWarps - 1) / kSelectorWarps; }
 // Ranks each lane loads before using any of them (latency of L2 hits).
 inline constexpr int kSelectLoadsAhead = 16;
-// Pages a selector offers together when consecutive stages hold consecutive
-// pages of one unit (select_pages): one chain of dependent steps for both.
-inline constexpr int kPagesPerOffer = 2;
+// A selector offers kPagesPerOffer pages (candidate_lists.hpp) together when
+// consecutive stages hold consecutive pages of one unit (select_pages): one
+// chain of dependent steps for both.
 // The part (candidate_lists.hpp) that keeps the page of index page_index
 // within its row: pairs of pages go to one part, so that they can be offered
 // together.
@@ -240,7 +240,7 @@ __device__ void open_lists(const CandidateLists& lists, const std::int32_t* sele
     unit.rows[r].ranks =
         lists.ranks + candidate_list_index(lists, first_row, j, starts_inside,
                                            static_cast<int>(blockIdx.x), unit.part()) *
-                          kListCapacity;
+                          lists.capacity;
     if (floors != nullptr) {
       unit.rows[r].floor = floors[first_row + j];
       unit.rows[r].floor_value = topk_impl::float_of_key(topk_impl::key_of(unit.rows[r].floor));
@@ -250,11 +250,12 @@ __device__ void open_lists(const CandidateLists& lists, const std::int32_t* sele
 
 // Offers kPages consecutive pages' logits ([kRows][64] each in shared
 // memory, key positions first_position ...) of the warp's rows to their
-// lists, compacting a list that could not take two more pages. Pages of
-// another part are left to the warp that keeps them.
+// lists (`capacity` ranks each), compacting a list that could not take two
+// more pages. Pages of another part are left to the warp that keeps them.
 template <int kRows, int kPages>
 __device__ void offer_pages(const float* const (&page_logits)[kPages], std::int64_t first_position,
-                            int k, int keep_limit, int* histogram, UnitLists<kRows>& unit) {
+                            int k, int keep_limit, int capacity, int* histogram,
+                            UnitLists<kRows>& unit) {
   constexpr int kParts = UnitLists<kRows>::kParts;
   if (kParts > 1 && part_of_page<kParts>(first_position / kPageTokens) != unit.part()) return;
   const int lane = static_cast<int>(threadIdx.x) & 31;
@@ -270,7 +271,7 @@ __device__ void offer_pages(const float* const (&page_logits)[kPages], std::int6
       positions[i] = first_position + i * kPageTokens + 2 * lane;
     }
     offer(list, values, positions, unit.limit[r]);
-    if (list.count > kListCapacity - kPagesPerOffer * kPageTokens) {  // room for the next offer
+    if (list.count > capacity - kPagesPerOffer * kPageTokens) {  // room for the next offer
       __syncwarp();  // the appended ranks are visible to every lane
       const Rank lo = topk_impl::rank_of(warp_min(list.lowest_key), 0xffffffffu);
       const Rank hi = topk_impl::rank_of(warp_max(list.highest_key), 0u);

@@ -199,7 +199,7 @@ Status launch_scoring(const LogitsProblem& p, const CandidateSelection* selectio
   params.select_lengths = selection->lengths;
   params.select_k = selection->k;
   // Compacting close to k leaves most of a list free, so compactions are rare.
-  params.keep_limit = selection->k + (kListCapacity - selection->k) / 16;
+  params.keep_limit = selection->k + (selection->lists.capacity - selection->k) / 16;
   params.lists = selection->lists;
   params.select_floors = selection->floors;
   params.run_if = selection->run_if;

@@ -793,14 +793,16 @@ __device__ __forceinline__ void select_pages(const LogitsKernelParams& p, unsign
     // both, the n5-n8 kernels spill 8 bytes.
     if (pair) {
       const float* const pages[2] = {logits_of(sequence), logits_of(sequence + 1)};
-      offer_pages(pages, stage.first_position, p.select_k, p.keep_limit, histogram, unit);
+      offer_pages(pages, stage.first_position, p.select_k, p.keep_limit, p.lists.capacity, histogram,
+                  unit);
       ptx::mbarrier_arrive(&page_empty[sequence % kStages]);
       ptx::mbarrier_arrive(&page_empty[(sequence + 1) % kStages]);
       sequence += 2;
       stage = take(sequence);
     } else {
       const float* const pages[1] = {logits_of(sequence)};
-      offer_pages(pages, stage.first_position, p.select_k, p.keep_limit, histogram, unit);
+      offer_pages(pages, stage.first_position, p.select_k, p.keep_limit, p.lists.capacity, histogram,
+                  unit);
       ptx::mbarrier_arrive(&page_empty[sequence % kStages]);
       sequence += 1;
       stage = next;

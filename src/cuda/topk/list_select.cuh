@@ -74,7 +74,7 @@ struct ListedRanks {
     }
     const int count = list >= 0 ? lists.counts[list] : 0;
     // An empty entry's ranks are never read: any list serves.
-    const Rank* ranks = lists.ranks + max(list, std::int64_t{0}) * kListCapacity;
+    const Rank* ranks = lists.ranks + max(list, std::int64_t{0}) * lists.capacity;
     int window_total = 0;
     // No entry is written before the scan's barrier, which every thread
     // reaches only once done with the previous window.
