@@ -36,6 +36,7 @@
 #include "cuda/device_error.cuh"
 #include "cuda/hopper/candidate_select.cuh"
 #include "cuda/hopper/ptx.cuh"
+#include "cuda/warp_scan.cuh"
 #include "number_formats.hpp"
 #include "problem.hpp"
 #include "schedule_walk.hpp"
@@ -374,11 +375,8 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
                           row_length(p.lens, rows.request, rows.first_draft + lane);
                       if (length_violation(p, length) == kNoDeviceError) lane_length = length;
                     }
-                    std::int32_t longest = lane_length > 0 ? lane_length : 0;
-#pragma unroll
-                    for (int offset = 16; offset > 0; offset /= 2) {
-                      longest = max(longest, __shfl_xor_sync(0xffffffffu, longest, offset));
-                    }
+                    const unsigned longest =
+                        warp_max(lane_length > 0 ? static_cast<unsigned>(lane_length) : 0u);
                     read_pages = (std::int64_t{longest} + kPageTokens - 1) / kPageTokens;
                     query_loaded = false;
                     window_first = -1;
