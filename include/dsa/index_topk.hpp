@@ -46,9 +46,10 @@ Status index_topk(const TensorView& q, const TensorView& key_cache, const Tensor
                   const TensorView& schedule, std::int64_t max_context_len,
                   const TensorView& topk_lens, const TensorView& indices,
                   const IndexTopkOptions& options, const ExecContext& ctx);
-// Workspace for `rows` rows (B * next_n) of up to max_context_len positions.
+// Workspace for `rows` rows (B * next_n) of up to max_context_len positions:
+// it serves every call of that many rows or fewer and no longer rows.
 // With the fused strategy on CUDA the workspace grows with the context only
-// below 16K positions: it holds candidate lists for every row and every
+// up to 16K positions, then stays: it holds candidate lists for every row and every
 // (worker, draft row). From 16K, where sampled thresholds keep them short,
 // four of 32 KiB at next_n 1 (each row's pages are split between them), two
 // of 48 KiB at next_n 2 and one of 48 KiB from next_n 3, and 16 KiB per row

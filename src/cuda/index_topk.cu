@@ -403,8 +403,13 @@ Status fused_index_topk(const IndexTopkProblem& p, const ExecContext& ctx) {
 
 std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_context_len, int /*k*/,
                                        bool fused, int workers, int rows_per_unit, int /*device*/) {
-  if (fused) return plan_fused_workspace(rows, max_context_len, workers, rows_per_unit).total;
-  return plan_workspace(rows, max_context_len).total;
+  if (!fused) return plan_workspace(rows, max_context_len).total;
+  // Sized for every call of up to max_context_len positions: the lists of
+  // calls without a sample grow with their context, up to more than a
+  // sampled call's.
+  const std::int64_t longest_unsampled = std::min(max_context_len, kSampledContext - 1);
+  return std::max(plan_fused_workspace(rows, max_context_len, workers, rows_per_unit).total,
+                  plan_fused_workspace(rows, longest_unsampled, workers, rows_per_unit).total);
 }
 
 Status index_topk(const IndexTopkProblem& p, bool hopper, const ExecContext& ctx) {

@@ -258,5 +258,39 @@ TEST_P(IndexTopkPropertyTest, CpuNeedsNoWorkspace) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, IndexTopkPropertyTest, ::testing::ValuesIn(cpu_backends()), backend_label);
 
+// A workspace sized for a number of rows and a context length serves every
+// call of fewer rows or a shorter context, whatever the backend and strategy
+// (the CUDA queries need no device; a build without CUDA answers 0).
+TEST(IndexTopkWorkspace, SizedForACallServesEverySmallerOne) {
+  std::vector<std::int64_t> lengths;
+  for (std::int64_t length = 1; length <= 40000; length += 37) lengths.push_back(length);
+  for (std::int64_t length = 16000; length <= 16500; ++length) lengths.push_back(length);
+  for (std::int64_t length = 40000; length <= 1 << 20; length *= 2) lengths.push_back(length);
+  std::sort(lengths.begin(), lengths.end());
+  const std::vector<std::int64_t> row_counts = {1, 2, 3, 8, 64, 512};
+  for (const dsa::Backend backend : {dsa::Backend::cpu, dsa::Backend::cuda_generic, dsa::Backend::cuda_hopper}) {
+    dsa::ExecContext ctx;
+    ctx.backend = backend;
+    for (const Strategy strategy : {Strategy::automatic, Strategy::fused, Strategy::logits_then_topk}) {
+      dsa::IndexTopkOptions options;
+      options.strategy = strategy;
+      std::vector<std::size_t> fewer_rows(lengths.size(), 0);
+      for (const std::int64_t rows : row_counts) {
+        std::size_t shorter = 0;
+        for (std::size_t i = 0; i < lengths.size(); ++i) {
+          const std::size_t bytes = dsa::index_topk_workspace_bytes(rows, lengths[i], options, ctx);
+          const std::string where = "backend " + std::to_string(static_cast<int>(backend)) + ", strategy " +
+                                    std::to_string(static_cast<int>(strategy)) + ", " + std::to_string(rows) +
+                                    " rows, length " + std::to_string(lengths[i]);
+          ASSERT_GE(bytes, shorter) << where;
+          ASSERT_GE(bytes, fewer_rows[i]) << where;
+          shorter = bytes;
+          fewer_rows[i] = bytes;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dsa_test
