@@ -49,14 +49,15 @@ Status index_topk(const TensorView& q, const TensorView& key_cache, const Tensor
 // Workspace for `rows` rows (B * next_n) of up to max_context_len positions:
 // it serves every call of that many rows or fewer and no longer rows.
 // With the fused strategy on CUDA the workspace grows with the context only
-// up to 16K positions, then stays: it holds candidate lists for every row and every
-// (worker, draft row). From 16K, where sampled thresholds keep them short,
-// four of 32 KiB at next_n 1 (each row's pages are split between them), two
-// of 48 KiB at next_n 2 and one of 48 KiB from next_n 3, and 16 KiB per row
-// of sampled scores; below, lists that hold every position (about 8 bytes a
-// position, at least 32 KiB a list). Sized here for the worst next_n and for
-// schedules of at most one worker per multiprocessor of device 0 (a schedule
-// with more workers needs more; the call says how much).
+// up to 16K positions, then stays: it holds candidate lists for every row
+// and every (worker, draft row). From 16K, where sampled thresholds keep
+// them short, four of 32 KiB at next_n 1 (each row's pages are split
+// between them), two of 48 KiB at next_n 2 and one of 48 KiB from next_n 3,
+// and 16 KiB per row of sampled scores; below, lists that hold every
+// position (about 8 bytes a position, at least 32 KiB a list). Sized here
+// for the worst next_n and for schedules of at most one worker per
+// multiprocessor of device 0 (a schedule with more workers needs more; the
+// call says how much).
 std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_context_len,
                                        const IndexTopkOptions& options, const ExecContext& ctx);
 
