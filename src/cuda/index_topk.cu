@@ -249,6 +249,7 @@ struct FusedPlan {
   std::size_t counts_offset = 0;
   std::int64_t counts = 0;  // list counts, then the flag
   std::size_t lists_offset = 0;
+  int list_capacity = 0;  // ranks a list holds (candidate_lists.hpp)
   std::size_t samples_offset = 0;
   std::size_t maps_offset = 0;
   std::size_t floors_offset = 0;
@@ -270,10 +271,9 @@ FusedPlan plan_fused_workspace(std::int64_t rows, std::int64_t max_context_len, 
   plan.counts_offset = plan.lengths_offset + bytes(rows, sizeof(std::int32_t));
   plan.counts = lists;
   plan.lists_offset = plan.counts_offset + bytes(lists + 1, sizeof(std::int32_t));
+  plan.list_capacity = list_capacity(rows_per_unit, max_context_len, thresholds_for(max_context_len));
   plan.samples_offset =
-      plan.lists_offset +
-      bytes(lists * list_capacity(rows_per_unit, max_context_len, thresholds_for(max_context_len)),
-            sizeof(topk_impl::Rank));
+      plan.lists_offset + bytes(lists * plan.list_capacity, sizeof(topk_impl::Rank));
   plan.maps_offset = plan.samples_offset + bytes(rows * kSampleCapacity, sizeof(float));
   plan.floors_offset = plan.maps_offset + bytes(rows, sizeof(SampleMap));
   plan.total = plan.floors_offset + bytes(rows, sizeof(topk_impl::Rank));
@@ -382,8 +382,7 @@ Status fused_index_topk(const IndexTopkProblem& p, const ExecContext& ctx) {
   selection.lists.rows = rows;
   selection.lists.rows_per_unit = p.logits.rows_per_unit();
   selection.lists.parts = list_parts(selection.lists.rows_per_unit);
-  selection.lists.capacity =
-      list_capacity(selection.lists.rows_per_unit, p.logits.max_context_len, sampled);
+  selection.lists.capacity = plan.list_capacity;
   selection.floors = sampled ? floors : nullptr;
   DSA_RETURN_IF_ERROR(hopper::paged_mqa_candidates(p.logits, selection, ctx));
   const topk_impl::TopkArgs args =
