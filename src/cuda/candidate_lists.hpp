@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "dsa/cache.hpp"
+#include "cuda/row_samples.hpp"
 #include "dsa/topk.hpp"
 #include "hostdevice.hpp"
 
@@ -39,21 +40,20 @@ DSA_HD constexpr int list_parts(int rows_per_unit) {
 // offer.
 inline constexpr int kPagesPerOffer = 2;
 
-// Ranks one list holds; a list is compacted to between k and about
-// k + (capacity - k) / 16 ranks when it is nearly full, which stalls its
-// worker's pipeline while one selector warp reads the list over.
-// - Without thresholds (calls whose rows are under kSampledContext
-//   positions, row_samples.hpp) every position is listed: a list holds all
-//   its part can be offered, about 16 K ranks a row at most, and never
-//   compacts.
+// Ranks one list of a call whose rows reach max_context_len positions
+// holds; a list is compacted to between k and about k + (capacity - k) / 16
+// ranks when it is nearly full, which stalls its worker's pipeline while one
+// selector warp reads the list over.
+// - Without thresholds (calls without a sample, row_samples.hpp) every
+//   position is listed: a list holds all its part can be offered, about
+//   16 K ranks a row at most, and never compacts.
 // - With them about 1.9 k positions a row are listed (spread ~0.25 k): a
 //   part of one or two, which one worker often fills with most of the row's
 //   share, holds three k; a part of four holds two k. Should the thresholds
 //   fail, the row's second pass lists everything and compacts.
-DSA_HD constexpr int list_capacity(int rows_per_unit, std::int64_t max_context_len, bool thresholds) {
+DSA_HD constexpr int list_capacity(int rows_per_unit, std::int64_t max_context_len) {
   const int parts = list_parts(rows_per_unit);
-  const int thresholded = parts < kListWriters ? 3 * kMaxTopk : 2 * kMaxTopk;
-  if (thresholds) return thresholded;
+  if (sampled_call(max_context_len)) return parts < kListWriters ? 3 * kMaxTopk : 2 * kMaxTopk;
   constexpr std::int64_t kOfferPositions = kPagesPerOffer * kPageTokens;
   const std::int64_t offers = (max_context_len + kOfferPositions - 1) / kOfferPositions;
   const std::int64_t whole = ((offers + parts - 1) / parts + 1) * kOfferPositions;
@@ -66,7 +66,7 @@ struct CandidateLists {
   std::int64_t rows = 0;
   int rows_per_unit = 1;
   int parts = 1;     // list_parts(rows_per_unit)
-  int capacity = 0;  // list_capacity(...)
+  int capacity = 0;  // list_capacity(rows_per_unit, the call's max_context_len)
 };
 
 inline std::int64_t candidate_list_count(std::int64_t rows, int rows_per_unit, int workers) {

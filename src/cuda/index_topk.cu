@@ -256,10 +256,6 @@ struct FusedPlan {
   std::size_t total = 0;
 };
 
-// Whether the fused pass scores a sample first and lists only what its
-// thresholds admit.
-bool thresholds_for(std::int64_t max_context_len) { return max_context_len >= kSampledContext; }
-
 FusedPlan plan_fused_workspace(std::int64_t rows, std::int64_t max_context_len, int workers,
                                int rows_per_unit) {
   const std::int64_t lists = candidate_list_count(rows, rows_per_unit, workers);
@@ -271,7 +267,7 @@ FusedPlan plan_fused_workspace(std::int64_t rows, std::int64_t max_context_len, 
   plan.counts_offset = plan.lengths_offset + bytes(rows, sizeof(std::int32_t));
   plan.counts = lists;
   plan.lists_offset = plan.counts_offset + bytes(lists + 1, sizeof(std::int32_t));
-  plan.list_capacity = list_capacity(rows_per_unit, max_context_len, thresholds_for(max_context_len));
+  plan.list_capacity = list_capacity(rows_per_unit, max_context_len);
   plan.samples_offset =
       plan.lists_offset + bytes(lists * plan.list_capacity, sizeof(topk_impl::Rank));
   plan.maps_offset = plan.samples_offset + bytes(rows * kSampleCapacity, sizeof(float));
@@ -362,7 +358,7 @@ Status fused_index_topk(const IndexTopkProblem& p, const ExecContext& ctx) {
   auto* floors = reinterpret_cast<topk_impl::Rank*>(workspace + plan.floors_offset);
 
   hopper::RowSamples samples;
-  const bool sampled = thresholds_for(p.logits.max_context_len);
+  const bool sampled = sampled_call(p.logits.max_context_len);
   if (sampled) {
     samples.values = reinterpret_cast<float*>(workspace + plan.samples_offset);
     samples.maps = reinterpret_cast<SampleMap*>(workspace + plan.maps_offset);

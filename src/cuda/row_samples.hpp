@@ -29,6 +29,11 @@ namespace dsa::detail::cuda {
 // every position (candidate_lists.hpp) in a workspace that stays small, and
 // the pass would cost more than it saves.
 inline constexpr std::int64_t kSampledContext = 8 * kMaxTopk;
+// Whether a call whose rows reach max_context_len positions scores a sample
+// first and lists only what its rows' thresholds admit.
+DSA_HD constexpr bool sampled_call(std::int64_t max_context_len) {
+  return max_context_len >= kSampledContext;
+}
 // Samples one row keeps at most: the per-row workspace is fixed, whatever
 // the context length.
 inline constexpr int kSampleCapacity = 2 * kMaxTopk;

@@ -31,7 +31,8 @@ TEST(CandidateLists, WithoutThresholdsAListHoldsItsWholePartAndRoomForAnOffer) {
     const int parts = lists::list_parts(rows_per_unit);
     for (std::int64_t length : {1, 63, 64, 65, 127, 128, 129, 255, 256, 257, 4095, 4096, 8191, 8192, 8193,
                                 10650, 12000, 16383}) {
-      const int capacity = lists::list_capacity(rows_per_unit, length, false);
+      ASSERT_FALSE(lists::sampled_call(length)) << length;
+      const int capacity = lists::list_capacity(rows_per_unit, length);
       // A list compacts once it holds more than capacity - one offer.
       const std::int64_t room = capacity - lists::kPagesPerOffer * dsa::kPageTokens;
       EXPECT_GE(room, most_offered(length, parts)) << rows_per_unit << " rows, " << length;
@@ -49,9 +50,10 @@ TEST(CandidateLists, WithThresholdsListsOfFewerPartsHoldMore) {
   // A threshold admits about 1.9 k positions a row: two k per list where
   // four share a row, three k where one or two do; whatever the context.
   for (std::int64_t length : {16384, 65536, 1 << 20}) {
-    EXPECT_EQ(lists::list_capacity(1, length, true), 2 * dsa::kMaxTopk);
+    ASSERT_TRUE(lists::sampled_call(length)) << length;
+    EXPECT_EQ(lists::list_capacity(1, length), 2 * dsa::kMaxTopk);
     for (int rows_per_unit = 2; rows_per_unit <= 8; ++rows_per_unit) {
-      EXPECT_EQ(lists::list_capacity(rows_per_unit, length, true), 3 * dsa::kMaxTopk) << rows_per_unit;
+      EXPECT_EQ(lists::list_capacity(rows_per_unit, length), 3 * dsa::kMaxTopk) << rows_per_unit;
     }
   }
 }
