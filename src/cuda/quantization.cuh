@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "cuda/warp_scan.cuh"
 #include "dsa/tensor.hpp"
 #include "number_formats.hpp"
 
@@ -24,10 +25,7 @@ __device__ __forceinline__ float warp_vector_scale(const void* src, DType dtype,
   float amax = 0.0f;
   for (int d = lane; d < head_dim; d += kWarpSize) amax = fmaxf(amax, fabsf(load_float_or_bf16(src, dtype, d)));
   // max is exact and order-independent, so the tree reduction matches the CPU's loop.
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-  }
-  return quantization_scale(amax, power_of_two);
+  return quantization_scale(warp_max(amax), power_of_two);
 }
 
 // dst[d] = e4m3(src[d] / scale) for d < head_dim.

@@ -7,20 +7,27 @@ namespace dsa::detail::cuda {
 // The lanes below this one in its warp, as a mask.
 __device__ inline unsigned lanes_below() { return (1u << (threadIdx.x & 31u)) - 1u; }
 
-__device__ __forceinline__ unsigned warp_max(unsigned value) {
+// `value` combined over the warp by `op` (associative and commutative), in
+// every lane; the whole warp calls it. T is any type __shfl_xor_sync moves.
+template <typename T, typename Op>
+__device__ __forceinline__ T warp_reduce(T value, Op op) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
-    value = max(value, __shfl_xor_sync(0xffffffffu, value, offset));
+    value = op(value, __shfl_xor_sync(0xffffffffu, value, offset));
   }
   return value;
 }
-
-__device__ __forceinline__ unsigned warp_min(unsigned value) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    value = min(value, __shfl_xor_sync(0xffffffffu, value, offset));
-  }
-  return value;
+template <typename T>
+__device__ __forceinline__ T warp_max(T value) {
+  return warp_reduce(value, [](T a, T b) { return max(a, b); });
+}
+template <typename T>
+__device__ __forceinline__ T warp_min(T value) {
+  return warp_reduce(value, [](T a, T b) { return min(a, b); });
+}
+template <typename T>
+__device__ __forceinline__ T warp_sum(T value) {
+  return warp_reduce(value, [](T a, T b) { return a + b; });
 }
 
 // Sum of `value` over this lane and the lanes below it; the whole warp calls it.

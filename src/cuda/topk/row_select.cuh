@@ -474,11 +474,8 @@ __device__ void choose_window(const Bits* bits, int length, int k, SharedStorage
     smallest = min(smallest, keys[m]);
     largest = max(largest, keys[m]);
   }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    smallest = min(smallest, __shfl_xor_sync(kFullMask, smallest, offset));
-    largest = max(largest, __shfl_xor_sync(kFullMask, largest, offset));
-  }
+  smallest = warp_min(smallest);
+  largest = warp_max(largest);
   __syncthreads();  // sample_min and sample_max are initialized
   if (lane_id() == 0) {
     atomicMin(&sm.s.sample_min, smallest);
@@ -672,10 +669,7 @@ __device__ void scan_segment(const Bits* row_bits, int begin, int end, SharedSto
     if (offset >= 0) bits[0] = source[offset];
     consume(bits, begin + offset, offset >= 0 ? 1u : 0u);
   }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    equal += __shfl_xor_sync(kFullMask, equal, offset);
-  }
+  equal = warp_sum(equal);
   // This warp's candidates, counted per window bin (choose_window cleared the
   // histogram) while other warps still scan. A slice that overflowed gives
   // short counts, but then the row takes the slow path.
@@ -803,10 +797,7 @@ __device__ const int* merge_group_counts(SharedStorage& sm) {
       overflow = peer.candidate_count > kCandidateCapacity;
       if (peer_rank == 0) sm.s.first_count = peer.candidate_count;
     }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      equal += __shfl_xor_sync(kFullMask, equal, offset);
-    }
+    equal = warp_sum(equal);
     overflow = __any_sync(kFullMask, overflow);
     if (lane_id() == 0) {
       sm.totals[0] = equal;
@@ -930,12 +921,9 @@ __device__ void range_stats(const Source& source, const RankRange& r, RowShared&
       largest = max(largest, v);
     }
   });
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    count += __shfl_xor_sync(kFullMask, count, offset);
-    smallest = min(smallest, __shfl_xor_sync(kFullMask, smallest, offset));
-    largest = max(largest, __shfl_xor_sync(kFullMask, largest, offset));
-  }
+  count = warp_sum(count);
+  smallest = warp_min(smallest);
+  largest = warp_max(largest);
   if (lane_id() == 0 && count > 0) {
     atomicAdd(&s.range_count, count);
     atomicMin(&s.range_min, smallest);
