@@ -20,8 +20,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "dsa/cache.hpp"
 #include "cuda/row_samples.hpp"
+#include "dsa/cache.hpp"
 #include "dsa/topk.hpp"
 #include "hostdevice.hpp"
 

@@ -1,5 +1,5 @@
-// Warp-wide scans shared by the kernels that append to lists and narrow
-// histograms.
+// Warp-wide reductions and scans shared by the CUDA kernels (quantization,
+// the scoring producers, list appends, the top-k's narrowing).
 #pragma once
 
 namespace dsa::detail::cuda {
