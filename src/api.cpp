@@ -7,7 +7,7 @@
 
 #include "backend.hpp"
 #include "cpu/parallel.hpp"
-#include "device_error.hpp"
+#include "common/device_error.hpp"
 #include "dsa/dsa.hpp"
 #include "validate.hpp"
 

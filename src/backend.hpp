@@ -1,5 +1,5 @@
 // The backends' entry points. The public API (api.cpp) validates arguments
-// into the problems of problem.hpp, picks a backend and calls exactly one of
+// into the problems of common/problem.hpp, picks a backend and calls exactly one of
 // these. Every function may assume a fully validated problem whose tensors
 // live on the backend's device; data-dependent rules (lengths vs. block table,
 // page indices, slots) are still the backend's to enforce.
@@ -7,7 +7,7 @@
 
 #include "dsa/context.hpp"
 #include "dsa/status.hpp"
-#include "problem.hpp"
+#include "common/problem.hpp"
 
 namespace dsa::detail {
 

@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "cache_format.hpp"
+#include "common/cache_format.hpp"
 #include "dsa/schedule.hpp"
-#include "schedule_walk.hpp"
+#include "common/schedule_walk.hpp"
 
 namespace dsa::detail {
 namespace {

@@ -1,4 +1,4 @@
-// Validation: public TensorViews -> the problems of problem.hpp.
+// Validation: public TensorViews -> the problems of common/problem.hpp.
 //
 // The validate_* functions check everything that can be checked without
 // reading tensor contents (presence, rank, extents, dtypes, strides,
@@ -17,7 +17,7 @@
 #include "dsa/status.hpp"
 #include "dsa/tensor.hpp"
 #include "dsa/topk.hpp"
-#include "problem.hpp"
+#include "common/problem.hpp"
 
 namespace dsa::detail {
 

@@ -16,7 +16,7 @@
 #include "backend.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/parallel.hpp"
-#include "schedule_walk.hpp"
+#include "common/schedule_walk.hpp"
 #include "validate.hpp"
 
 namespace dsa::detail::cpu {

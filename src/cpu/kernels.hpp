@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "cpu/score_block.hpp"
-#include "problem.hpp"
+#include "common/problem.hpp"
 
 namespace dsa::detail::cpu {
 

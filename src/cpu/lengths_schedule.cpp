@@ -2,7 +2,7 @@
 #include <algorithm>
 
 #include "backend.hpp"
-#include "schedule_walk.hpp"
+#include "common/schedule_walk.hpp"
 #include "validate.hpp"
 
 namespace dsa::detail::cpu {

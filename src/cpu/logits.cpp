@@ -3,11 +3,11 @@
 #include <vector>
 
 #include "backend.hpp"
-#include "cache_format.hpp"
+#include "common/cache_format.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/parallel.hpp"
-#include "number_formats.hpp"
-#include "schedule_walk.hpp"
+#include "common/number_formats.hpp"
+#include "common/schedule_walk.hpp"
 #include "validate.hpp"
 
 namespace dsa::detail::cpu {

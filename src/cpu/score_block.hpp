@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "number_formats.hpp"
+#include "common/number_formats.hpp"
 
 namespace dsa::detail::cpu {
 

@@ -1,7 +1,7 @@
 #include <vector>
 
 #include "backend.hpp"
-#include "cache_format.hpp"
+#include "common/cache_format.hpp"
 #include "cpu/parallel.hpp"
 #include "cpu/quantize.hpp"
 #include "validate.hpp"

@@ -7,7 +7,7 @@
 #include "cpu/kernels.hpp"
 #include "cpu/parallel.hpp"
 #include "dsa/cache.hpp"
-#include "number_formats.hpp"
+#include "common/number_formats.hpp"
 #include "validate.hpp"
 
 namespace dsa::detail::cpu {

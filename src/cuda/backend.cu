@@ -7,7 +7,7 @@
 #include "cuda/generic_kernels.hpp"
 #include "cuda/hopper/logits_sm90.hpp"
 #include "cuda/launch_utils.hpp"
-#include "device_error.hpp"
+#include "common/device_error.hpp"
 
 namespace dsa::detail::cuda {
 

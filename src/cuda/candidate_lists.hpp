@@ -23,7 +23,7 @@
 #include "cuda/row_samples.hpp"
 #include "dsa/cache.hpp"
 #include "dsa/topk.hpp"
-#include "hostdevice.hpp"
+#include "common/hostdevice.hpp"
 
 namespace dsa::detail::cuda {
 

@@ -1,11 +1,11 @@
-// Device side of the error record (device_error.hpp): kernels call
+// Device side of the error record (common/device_error.hpp): kernels call
 // report_device_error() when they meet a data-dependent violation; the first
 // report wins and later ones leave the record untouched.
 #pragma once
 
 #include <cstdint>
 
-#include "device_error.hpp"
+#include "common/device_error.hpp"
 
 namespace dsa::detail::cuda {
 

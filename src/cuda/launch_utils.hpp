@@ -9,7 +9,7 @@
 
 #include "backend.hpp"
 #include "cuda/cuda_check.hpp"
-#include "device_error.hpp"
+#include "common/device_error.hpp"
 
 namespace dsa::detail::cuda {
 

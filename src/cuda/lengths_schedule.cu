@@ -7,7 +7,7 @@
 #include "backend.hpp"
 #include "cuda/device_error.cuh"
 #include "cuda/launch_utils.hpp"
-#include "schedule_walk.hpp"
+#include "common/schedule_walk.hpp"
 
 namespace dsa::detail::cuda {
 

@@ -22,13 +22,13 @@
 #include <string>
 
 #include "backend.hpp"
-#include "cache_format.hpp"
+#include "common/cache_format.hpp"
 #include "cuda/device_error.cuh"
 #include "cuda/generic_kernels.hpp"
 #include "cuda/launch_utils.hpp"
 #include "cuda/scoring_rules.cuh"
-#include "number_formats.hpp"
-#include "schedule_walk.hpp"
+#include "common/number_formats.hpp"
+#include "common/schedule_walk.hpp"
 
 namespace dsa::detail::cuda {
 

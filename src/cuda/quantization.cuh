@@ -1,13 +1,13 @@
 // Device helpers shared by the key-store and query-quantization kernels: one
 // warp quantizes one vector of `head_dim` values exactly as the CPU does
-// (number_formats.hpp).
+// (common/number_formats.hpp).
 #pragma once
 
 #include <cstdint>
 
 #include "cuda/warp_scan.cuh"
 #include "dsa/tensor.hpp"
-#include "number_formats.hpp"
+#include "common/number_formats.hpp"
 
 namespace dsa::detail::cuda {
 

@@ -19,9 +19,9 @@
 #include <cmath>
 #include <cstdint>
 
-#include "cache_format.hpp"
+#include "common/cache_format.hpp"
 #include "dsa/topk.hpp"
-#include "hostdevice.hpp"
+#include "common/hostdevice.hpp"
 
 namespace dsa::detail::cuda {
 

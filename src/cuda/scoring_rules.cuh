@@ -5,8 +5,8 @@
 #include <cstdint>
 
 #include "dsa/cache.hpp"
-#include "problem.hpp"
-#include "schedule_walk.hpp"
+#include "common/problem.hpp"
+#include "common/schedule_walk.hpp"
 
 namespace dsa::detail::cuda {
 

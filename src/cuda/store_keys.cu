@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "backend.hpp"
-#include "cache_format.hpp"
+#include "common/cache_format.hpp"
 #include "cuda/device_error.cuh"
 #include "cuda/launch_utils.hpp"
 #include "cuda/quantization.cuh"

@@ -15,7 +15,7 @@
 #include "cuda/generic_kernels.hpp"
 #include "cuda/launch_utils.hpp"
 #include "cuda/topk/row_select.cuh"
-#include "device_error.hpp"
+#include "common/device_error.hpp"
 
 namespace dsa::detail::cuda {
 namespace {

@@ -10,7 +10,7 @@
 #include "cuda/row_samples.hpp"
 #include "dsa/context.hpp"
 #include "dsa/status.hpp"
-#include "problem.hpp"
+#include "common/problem.hpp"
 
 namespace dsa::detail::cuda::hopper {
 

@@ -1,6 +1,6 @@
 // The sm_90a paged MQA logits kernel (see logits_sm90.hpp for the contract).
 //
-// One CTA per worker walks its schedule range (schedule_walk.hpp). Warpgroup 0
+// One CTA per worker walks its schedule range (common/schedule_walk.hpp). Warpgroup 0
 // lowers its register budget: its first warps produce (block-table lookups,
 // tensor copies of pages and queries into a ring of shared-memory stages),
 // taking the chunks of the walk in turn because issuing a page costs one warp
@@ -31,15 +31,15 @@
 
 #include <cstdint>
 
-#include "cache_format.hpp"
+#include "common/cache_format.hpp"
 #include "cuda/candidate_lists.hpp"
 #include "cuda/device_error.cuh"
 #include "cuda/hopper/candidate_select.cuh"
 #include "cuda/hopper/ptx.cuh"
 #include "cuda/warp_scan.cuh"
-#include "number_formats.hpp"
-#include "problem.hpp"
-#include "schedule_walk.hpp"
+#include "common/number_formats.hpp"
+#include "common/problem.hpp"
+#include "common/schedule_walk.hpp"
 
 namespace dsa::detail::cuda::hopper {
 

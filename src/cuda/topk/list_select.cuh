@@ -17,7 +17,7 @@
 
 #include "cuda/candidate_lists.hpp"
 #include "cuda/topk/row_select.cuh"
-#include "schedule_walk.hpp"
+#include "common/schedule_walk.hpp"
 
 namespace dsa::detail::cuda::topk_impl {
 

@@ -43,9 +43,9 @@
 
 #include "cuda/topk/ordered_key.cuh"
 #include "cuda/warp_scan.cuh"
-#include "device_error.hpp"
+#include "common/device_error.hpp"
 #include "dsa/topk.hpp"
-#include "problem.hpp"
+#include "common/problem.hpp"
 
 namespace dsa::detail::cuda::topk_impl {
 

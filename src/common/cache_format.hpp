@@ -5,8 +5,8 @@
 #include <cstdint>
 
 #include "dsa/cache.hpp"
-#include "hostdevice.hpp"
-#include "problem.hpp"
+#include "common/hostdevice.hpp"
+#include "common/problem.hpp"
 
 namespace dsa::detail {
 

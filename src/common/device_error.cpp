@@ -1,4 +1,4 @@
-#include "device_error.hpp"
+#include "common/device_error.hpp"
 
 #include <string>
 

@@ -8,8 +8,8 @@
 #include <cstdint>
 
 #include "dsa/schedule.hpp"
-#include "hostdevice.hpp"
-#include "problem.hpp"
+#include "common/hostdevice.hpp"
+#include "common/problem.hpp"
 
 namespace dsa::detail {
 

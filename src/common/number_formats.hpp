@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "hostdevice.hpp"
+#include "common/hostdevice.hpp"
 
 namespace dsa::detail {
 
