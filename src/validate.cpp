@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/cache_format.hpp"
+#include "common/logit_rules.hpp"
 #include "dsa/schedule.hpp"
 #include "common/schedule_walk.hpp"
 
@@ -281,35 +282,26 @@ const char* length_input_name(LengthConvention convention) {
   return convention == LengthConvention::legacy ? "lens" : "prefix_lens";
 }
 
-// Schedule rows: [0] == (0, 0), [W] == (units, 256), rows 0..W-1 monotone within [0, units].
+// The schedule agreement rule is schedule_entry_agrees (common/schedule_walk.hpp).
 Status check_schedule(const char* op, const LogitsProblem& p) {
   const std::int64_t units = schedule_units(p.batch, p.next_n, p.path);
-  const WorkItem sentinel = schedule_entry(p.schedule, p.num_workers);
-  const char* path = logits_path_name(p.path);
-  if (sentinel.unit != units || sentinel.chunk != kChunkTokens) {
+  // The trailer first: it names the most likely mistake, a schedule planned for another call.
+  for (int i = 0; i <= p.num_workers; ++i) {
+    const int w = i == 0 ? p.num_workers : i - 1;
+    if (schedule_entry_agrees(p.schedule, w, p.num_workers, units)) continue;
+    const WorkItem entry = schedule_entry(p.schedule, w);
+    const std::string got = "(" + str(entry.unit) + ", " + str(entry.chunk) + ")";
+    if (w == p.num_workers) {
+      return fail(ErrorCode::schedule_mismatch, op, "schedule",
+                  "last row is " + got + " but the " + logits_path_name(p.path) + " path for this batch needs (" +
+                      str(units) + ", " + str(kChunkTokens) + "): planned for another batch, path or chunk size");
+    }
+    if (w == 0) return fail(ErrorCode::schedule_mismatch, op, "schedule", "row 0 must be (0, 0), got " + got);
     return fail(ErrorCode::schedule_mismatch, op, "schedule",
-                "last row is (" + str(sentinel.unit) + ", " + str(sentinel.chunk) + ") but the " + path +
-                    " path for this batch needs (" + str(units) + ", " + str(kChunkTokens) +
-                    "): planned for another batch, path or chunk size");
-  }
-  WorkItem previous{0, 0};
-  for (int w = 0; w < p.num_workers; ++w) {
-    const WorkItem start = schedule_entry(p.schedule, w);
-    if (w == 0 && (start.unit != 0 || start.chunk != 0)) {
-      return fail(ErrorCode::schedule_mismatch, op, "schedule",
-                  "row 0 must be (0, 0), got (" + str(start.unit) + ", " + str(start.chunk) + ")");
-    }
-    if (start.unit < 0 || start.unit > units || start.chunk < 0 || item_before(start, previous)) {
-      return fail(ErrorCode::schedule_mismatch, op, "schedule",
-                  "row " + str(w) + " = (" + str(start.unit) + ", " + str(start.chunk) +
-                      ") is outside [0, " + str(units) + "] units or not monotone");
-    }
-    previous = start;
+                "row " + str(w) + " = " + got + " is outside [0, " + str(units) + "] units or not monotone");
   }
   return Status::success();
 }
-
-std::int64_t pages_for(std::int64_t length) { return (length + kPageTokens - 1) / kPageTokens; }
 
 }  // namespace
 
@@ -678,20 +670,22 @@ Status check_scoring_data(const char* op, const LogitsProblem& p) {
     for (std::int64_t j = 0; j < p.next_n; ++j) {
       const std::int64_t length = row_length(p.lens, b, j);
       const std::string where = "context_lens[" + str(b) + ", " + str(j) + "] = " + str(length);
-      if (length < 0) return fail(ErrorCode::length_out_of_range, op, "context_lens", where + " is negative");
-      if (length > p.max_context_len) {
-        return fail(ErrorCode::length_out_of_range, op, "context_lens",
-                    where + " exceeds max_context_len = " + str(p.max_context_len));
-      }
-      if (pages_for(length) > p.max_blocks) {
-        return fail(ErrorCode::length_out_of_range, op, "block_table",
-                    where + " needs " + str(pages_for(length)) + " pages but block_table has " +
-                        str(p.max_blocks) + " columns");
+      switch (scoring_length_violation(length, p.max_context_len, p.max_blocks)) {
+        case kNegativeLength:
+          return fail(ErrorCode::length_out_of_range, op, "context_lens", where + " is negative");
+        case kLengthBeyondMaxContext:
+          return fail(ErrorCode::length_out_of_range, op, "context_lens",
+                      where + " exceeds max_context_len = " + str(p.max_context_len));
+        case kLengthBeyondBlockTable:
+          return fail(ErrorCode::length_out_of_range, op, "block_table",
+                      where + " needs " + str(pages_for_length(length)) + " pages but block_table has " +
+                          str(p.max_blocks) + " columns");
+        default: break;
       }
       longest = length > longest ? length : longest;
     }
     const std::int32_t* table_row = p.block_table + b * p.block_table_stride;
-    for (std::int64_t i = 0; i < pages_for(longest); ++i) {
+    for (std::int64_t i = 0; i < pages_for_length(longest); ++i) {
       if (table_row[i] < 0 || table_row[i] >= p.cache.num_pages) {
         return fail(ErrorCode::page_out_of_range, op, "block_table",
                     "block_table[" + str(b) + ", " + str(i) + "] = " + str(table_row[i]) +
@@ -706,20 +700,22 @@ Status check_topk_data(const TopkProblem& p) {
   const char* op = "topk";
   for (std::int64_t r = 0; r < p.rows; ++r) {
     const std::int64_t length = p.lengths[r * p.lengths_stride];
-    if (length < 0 || length > p.cols) {
-      return fail(ErrorCode::length_out_of_range, op, "lengths",
-                  "lengths[" + str(r) + "] = " + str(length) + " is outside [0, " + str(p.cols) +
-                      "] (the logits columns)");
+    switch (topk_length_violation(length, p.cols, p.block_table != nullptr, p.max_blocks)) {
+      case kNegativeLength:
+      case kLengthBeyondLogits:
+        return fail(ErrorCode::length_out_of_range, op, "lengths",
+                    "lengths[" + str(r) + "] = " + str(length) + " is outside [0, " + str(p.cols) +
+                        "] (the logits columns)");
+      case kLengthBeyondBlockTable:
+        return fail(ErrorCode::length_out_of_range, op, "block_table",
+                    "lengths[" + str(r) + "] = " + str(length) + " needs " + str(pages_for_length(length)) +
+                        " pages but block_table has " + str(p.max_blocks) + " columns");
+      default: break;
     }
     if (p.block_table == nullptr) continue;
-    if (pages_for(length) > p.max_blocks) {
-      return fail(ErrorCode::length_out_of_range, op, "block_table",
-                  "lengths[" + str(r) + "] = " + str(length) + " needs " + str(pages_for(length)) +
-                      " pages but block_table has " + str(p.max_blocks) + " columns");
-    }
     const std::int64_t request = r / p.rows_per_request;
     const std::int32_t* table_row = p.block_table + request * p.block_table_stride;
-    for (std::int64_t i = 0; i < pages_for(length); ++i) {
+    for (std::int64_t i = 0; i < pages_for_length(length); ++i) {
       if (table_row[i] < 0 || table_row[i] > kInt32Max / kPageTokens) {
         return fail(ErrorCode::page_out_of_range, op, "block_table",
                     "block_table[" + str(request) + ", " + str(i) + "] = " + str(table_row[i]) +
@@ -739,7 +735,7 @@ Status check_index_topk_data(const IndexTopkProblem& p) {
       const std::int64_t r = b * p.logits.next_n + j;
       const std::int64_t topk_length = p.topk_lens[r * p.topk_lens_stride];
       const std::int64_t context_length = row_length(p.logits.lens, b, j);
-      if (topk_length < 0 || topk_length > context_length) {
+      if (topk_lens_violation(topk_length, context_length) != kNoDeviceError) {
         return fail(ErrorCode::length_out_of_range, op, "topk_lens",
                     "topk_lens[" + str(r) + "] = " + str(topk_length) + " is outside [0, " +
                         str(context_length) + "] (context_lens[" + str(b) + ", " + str(j) + "])");

@@ -63,6 +63,23 @@ DSA_HD WorkItem worker_end(const std::int32_t* schedule, int worker, int num_wor
   return worker + 1 < num_workers ? schedule_entry(schedule, worker + 1) : WorkItem{units, 0};
 }
 
+// The agreement rule between a schedule and the call it serves, checked by
+// the host validation and by every scoring kernel (worker w checks entry w,
+// worker 0 the trailer too): entry 0 is (0, 0); every entry lies within
+// [0, units] with a chunk >= 0 and starts no earlier than the one before;
+// the trailer is (units, kChunkTokens), so the schedule was planned for this
+// batch, path and chunk size. Entries planned for other lengths or another
+// worker count agree: the walk below still covers every item, checked
+// against the lengths it is given.
+DSA_HD bool schedule_entry_agrees(const std::int32_t* schedule, int index, int num_workers,
+                                  std::int64_t units) {
+  const WorkItem entry = schedule_entry(schedule, index);
+  if (index == num_workers) return entry.unit == units && entry.chunk == kChunkTokens;
+  if (index == 0) return entry.unit == 0 && entry.chunk == 0;
+  return entry.unit >= 0 && entry.unit <= units && entry.chunk >= 0 &&
+         !item_before(entry, schedule_entry(schedule, index - 1));
+}
+
 // Calls visit(unit, chunk, unit_length) for every item of the worker's range.
 template <typename Visit>
 DSA_HD void for_each_item(const std::int32_t* schedule, int worker, int num_workers,

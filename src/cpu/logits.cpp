@@ -1,9 +1,9 @@
 #include <algorithm>
-#include <limits>
 #include <vector>
 
 #include "backend.hpp"
 #include "common/cache_format.hpp"
+#include "common/logit_rules.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/parallel.hpp"
 #include "common/number_formats.hpp"
@@ -91,20 +91,11 @@ void score_row(const Scorer& scorer, std::int64_t b, std::int64_t j, std::int64_
 
 namespace {
 
-void store_logit(const LogitsProblem& p, std::int64_t row, std::int64_t position, float value) {
-  const std::int64_t offset = row * p.logits_stride + position;
-  if (p.logits_dtype == DType::bfloat16) {
-    static_cast<std::uint16_t*>(p.logits)[offset] = float_to_bf16(value);
-  } else {
-    static_cast<float*>(p.logits)[offset] = value;
-  }
-}
-
 // Fills [L, max_context_len) of a row with -inf.
 void clean_row(const LogitsProblem& p, std::int64_t row) {
   const std::int64_t length = row_length(p.lens, row / p.next_n, row % p.next_n);
   for (std::int64_t position = length; position < p.max_context_len; ++position) {
-    store_logit(p, row, position, -std::numeric_limits<float>::infinity());
+    store_logit(p, row, position, masked_logit());
   }
 }
 

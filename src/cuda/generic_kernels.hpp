@@ -12,7 +12,7 @@ namespace dsa::detail::cuda {
 // the block table) are recorded and filled with NaN over [0, max_context_len);
 // with clean_logits, [L, max_context_len) of the other rows is set to -inf.
 // Scoring kernels then score only rows obeying the rules (usable_length in
-// scoring_rules.cuh) and positions below their lengths.
+// common/logit_rules.hpp) and positions below their lengths.
 Status launch_logits_row_rules(const LogitsProblem& p, const ExecContext& ctx);
 
 // Enqueues the generic paged MQA logits kernels (row rules included) on ctx.stream.

@@ -27,7 +27,7 @@
 #include "cuda/generic_kernels.hpp"
 #include "cuda/hopper/logits_sm90.hpp"
 #include "cuda/launch_utils.hpp"
-#include "cuda/scoring_rules.cuh"
+#include "common/logit_rules.hpp"
 #include "cuda/row_samples.hpp"
 #include "cuda/topk/list_select.cuh"
 #include "cuda/warp_scan.cuh"
@@ -76,13 +76,12 @@ __device__ std::int32_t selection_length(const LogitsProblem& p, const std::int3
   std::int64_t length = context;
   if (topk_lens != nullptr) {
     length = topk_lens[row * topk_lens_stride];
-    if (length < 0) {
-      report_device_error(record, kNegativeLength, row, length, 0);
-      length = 0;
-    } else if (length > row_length(p.lens, b, j)) {
-      report_device_error(record, kTopkLengthBeyondContext, row, length, row_length(p.lens, b, j));
+    const std::int64_t stated_context = row_length(p.lens, b, j);
+    const std::int32_t violation = topk_lens_violation(length, stated_context);
+    if (violation != kNoDeviceError) {
+      report_device_error(record, violation, row, length, violation == kNegativeLength ? 0 : stated_context);
     }
-    length = std::min(length, context);
+    length = std::max<std::int64_t>(std::min(length, context), 0);
   }
   return static_cast<std::int32_t>(length);
 }

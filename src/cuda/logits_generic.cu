@@ -26,7 +26,8 @@
 #include "cuda/device_error.cuh"
 #include "cuda/generic_kernels.hpp"
 #include "cuda/launch_utils.hpp"
-#include "cuda/scoring_rules.cuh"
+#include "common/logit_rules.hpp"
+#include "cuda/schedule_check.cuh"
 #include "common/number_formats.hpp"
 #include "common/schedule_walk.hpp"
 
@@ -82,17 +83,6 @@ __device__ SharedViews carve_shared(unsigned char* base, const SharedLayout& lay
   return v;
 }
 
-__device__ __forceinline__ void store_logit(const LogitsProblem& p, std::int64_t row,
-                                            std::int64_t position, float value) {
-  const std::int64_t index = row * p.logits_stride + position;
-  if (p.logits_dtype == DType::bfloat16) {
-    static_cast<std::uint16_t*>(p.logits)[index] = float_to_bf16(value);
-  } else {
-    static_cast<float*>(p.logits)[index] = value;
-  }
-}
-
-__device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000); }
 
 // Per row: record a broken length rule and NaN-fill the row over
 // [0, max_context_len), or (clean_logits) fill [L, max_context_len) with -inf.
@@ -103,52 +93,18 @@ __global__ void __launch_bounds__(kRowThreads) logits_rows_kernel(LogitsProblem 
     const std::int64_t b = row / p.next_n;
     const std::int64_t j = row % p.next_n;
     const std::int64_t length = row_length(p.lens, b, j);
-    const bool usable = usable_length(p, b, j) == length;
+    const std::int32_t violation = scoring_length_violation(length, p.max_context_len, p.max_blocks);
+    const bool usable = violation == kNoDeviceError;
     if (!usable && threadIdx.x == 0) {
-      if (length < 0) {
-        report_device_error(record, kNegativeLength, row, length, 0);
-      } else if (length > p.max_context_len) {
-        report_device_error(record, kLengthBeyondMaxContext, row, length, p.max_context_len);
-      } else {
-        report_device_error(record, kLengthBeyondBlockTable, row, length, p.max_blocks);
-      }
+      report_device_error(record, violation, row, length,
+                          scoring_length_limit(violation, p.max_context_len, p.max_blocks));
     }
     if (usable && !p.clean_logits) continue;
     const std::int64_t first = usable ? length : 0;
-    const float fill = usable ? -INFINITY : quiet_nan();
+    const float fill = usable ? masked_logit() : invalid_logit();
     for (std::int64_t pos = first + threadIdx.x; pos < p.max_context_len; pos += blockDim.x) {
       store_logit(p, row, pos, fill);
     }
-  }
-}
-
-// Worker 0 checks the first entry and the trailer, every worker that its
-// successor does not start before it. Uniform per block (uses a barrier).
-__device__ void check_schedule(const LogitsProblem& p, std::int64_t units, DeviceErrorRecord* record) {
-  const int worker = blockIdx.x;
-  const WorkItem mine = schedule_entry(p.schedule, worker);
-  if (threadIdx.x == 0) {
-    if (worker + 1 < p.num_workers) {
-      const WorkItem next = schedule_entry(p.schedule, worker + 1);
-      if (item_before(next, mine)) report_device_error(record, kScheduleMismatch, worker + 1, next.unit, next.chunk);
-    }
-    if (worker == 0) {
-      const WorkItem trailer = schedule_entry(p.schedule, p.num_workers);
-      if (trailer.unit != units || trailer.chunk != kChunkTokens) {
-        report_device_error(record, kScheduleMismatch, p.num_workers, trailer.unit, trailer.chunk);
-      }
-    }
-  }
-  if (worker != 0 || (mine.unit == 0 && mine.chunk == 0)) return;
-  // A first entry past (0, 0) still covers everything when only empty units
-  // precede it.
-  bool skips_work = mine.unit < 0 || mine.chunk != 0;
-  const std::int64_t skipped = mine.unit < units ? mine.unit : units;
-  for (std::int64_t u = threadIdx.x; u < skipped && !skips_work; u += blockDim.x) {
-    skips_work = chunks_for_length(unit_length(p.lens, p.next_n, p.path, u)) > 0;
-  }
-  if (__syncthreads_or(skips_work) && threadIdx.x == 0) {
-    report_device_error(record, kScheduleMismatch, 0, mine.unit, mine.chunk);
   }
 }
 
@@ -303,7 +259,7 @@ __device__ void score_item(const LogitsProblem& p, const SharedLayout& layout, c
         const std::int64_t length = usable_length(p, b, j);
         for (std::int64_t pos = tile + threadIdx.x; pos < tile + kPageTokens && pos < length;
              pos += kThreads) {
-          store_logit(p, b * p.next_n + j, pos, quiet_nan());
+          store_logit(p, b * p.next_n + j, pos, invalid_logit());
         }
       }
       continue;
@@ -324,7 +280,7 @@ __global__ void __launch_bounds__(kThreads) generic_logits_kernel(LogitsProblem 
   const SharedLayout layout{p.head_dim, head_tile};
   const SharedViews s = carve_shared(shared_bytes, layout);
   const std::int64_t units = schedule_units(p.batch, p.next_n, p.path);
-  check_schedule(p, units, record);
+  if (threadIdx.x == 0) check_schedule_share(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, units, record);
   const bool per_token = p.path == LogitsPath::per_token;
   for_each_item(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, units, p.lens, p.next_n,
                 p.path, [&](std::int64_t unit, std::int64_t chunk, std::int64_t) {

@@ -32,8 +32,10 @@
 #include <cstdint>
 
 #include "common/cache_format.hpp"
+#include "common/logit_rules.hpp"
 #include "cuda/candidate_lists.hpp"
 #include "cuda/device_error.cuh"
+#include "cuda/schedule_check.cuh"
 #include "cuda/hopper/candidate_select.cuh"
 #include "cuda/hopper/ptx.cuh"
 #include "cuda/warp_scan.cuh"
@@ -188,6 +190,43 @@ struct SharedLayout {
   static constexpr int bytes = select_histogram + kHistogramBytes;  // one per selector
   static constexpr int launch_bytes = bytes + 1024;
   static_assert(launch_bytes <= kMaxSharedBytes, "shared memory layout too large");
+
+  // Named views of the layout from the CTA's 1024-byte-aligned base.
+  __device__ static std::uint8_t* page_keys(unsigned char* smem, int slot) {
+    return smem + keys + slot * kPageKeyBytes;
+  }
+  __device__ static float* page_scales(unsigned char* smem, int slot) {
+    return reinterpret_cast<float*>(smem + scales + slot * kPageScaleBytes);
+  }
+  __device__ static std::uint8_t* query_slot(unsigned char* smem, int slot) {
+    return smem + queries + slot * kQueryBytes;
+  }
+  // Selection kernel: a stage's [kRows][64] logits for the selectors.
+  __device__ static float* page_logits_of(unsigned char* smem, int slot) {
+    return reinterpret_cast<float*>(smem + page_logits + slot * kPageLogitsBytes);
+  }
+  __device__ static QueryInfo<kRows, kHeads>* query_infos(unsigned char* smem) {
+    return reinterpret_cast<QueryInfo<kRows, kHeads>*>(smem + query_info);
+  }
+  __device__ static StageInfo* stage_infos(unsigned char* smem) {
+    return reinterpret_cast<StageInfo*>(smem + stage_info);
+  }
+  __device__ static std::int32_t* issued_generation_of(unsigned char* smem) {
+    return reinterpret_cast<std::int32_t*>(smem + issued_generation);
+  }
+  __device__ static int* selector_histogram(unsigned char* smem, int selector) {
+    return reinterpret_cast<int*>(smem + select_histogram) + selector * kSelectBins;
+  }
+  // The barriers: kStages page-full (one arrival, the copy's bytes),
+  // kStages page-empty, 2 query-full, 2 query-empty, and with kSelect
+  // kStages logits-ready.
+  __device__ static std::uint64_t* page_full(unsigned char* smem) {
+    return reinterpret_cast<std::uint64_t*>(smem + barriers);
+  }
+  __device__ static std::uint64_t* page_empty(unsigned char* smem) { return page_full(smem) + kStages; }
+  __device__ static std::uint64_t* query_full(unsigned char* smem) { return page_full(smem) + 2 * kStages; }
+  __device__ static std::uint64_t* query_empty(unsigned char* smem) { return query_full(smem) + 2; }
+  __device__ static std::uint64_t* logits_ready(unsigned char* smem) { return query_full(smem) + 4; }
 };
 
 // The request and first draft row a schedule unit stands for.
@@ -203,12 +242,7 @@ __device__ __forceinline__ UnitRows unit_rows(const LogitsKernelParams& p, std::
 // The device error a row length causes, or kNoDeviceError.
 __device__ __forceinline__ std::int32_t length_violation(const LogitsKernelParams& p,
                                                          std::int32_t length) {
-  if (length < 0) return kNegativeLength;
-  if (length > p.max_context_len) return kLengthBeyondMaxContext;
-  if ((std::int64_t{length} + kPageTokens - 1) / kPageTokens > p.max_blocks) {
-    return kLengthBeyondBlockTable;
-  }
-  return kNoDeviceError;
+  return scoring_length_violation(length, p.max_context_len, p.max_blocks);
 }
 
 // Longest valid row of a unit: the key positions whose pages are read.
@@ -225,12 +259,7 @@ __device__ __forceinline__ std::int32_t read_length(const LogitsKernelParams& p,
 
 __device__ __forceinline__ void store_logit(const LogitsKernelParams& p, std::int64_t row,
                                             std::int64_t position, float value) {
-  const std::int64_t offset = row * p.logits_stride + position;
-  if (p.bf16_output) {
-    static_cast<std::uint16_t*>(p.logits)[offset] = float_to_bf16(value);
-  } else {
-    static_cast<float*>(p.logits)[offset] = value;
-  }
+  store_logit_at(p.logits, p.bf16_output, row * p.logits_stride + position, value);
 }
 
 // What a position of a valid row gets when no score is computed for it:
@@ -240,10 +269,10 @@ __device__ __forceinline__ bool unscored_value(const LogitsKernelParams& p, std:
                                                std::int32_t length, float* value) {
   if (position >= p.max_context_len) return false;
   if (position < length) {
-    *value = __int_as_float(0x7fc00000);
+    *value = invalid_logit();
     return true;
   }
-  *value = -__int_as_float(0x7f800000);
+  *value = masked_logit();
   return p.clean_logits;
 }
 
@@ -263,14 +292,13 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
   using Layout = SharedLayout<kRows, kHeads, kSelect>;
   constexpr int kStages = Layout::kStages;
   constexpr int kWeightsPerLane = (kRows * kHeads + 31) / 32;
-  auto* info = reinterpret_cast<QueryInfo<kRows, kHeads>*>(smem + Layout::query_info);
-  auto* stage_info = reinterpret_cast<StageInfo*>(smem + Layout::stage_info);
-  auto* barriers = reinterpret_cast<std::uint64_t*>(smem + Layout::barriers);
-  auto* issued_generation = reinterpret_cast<std::int32_t*>(smem + Layout::issued_generation);
-  std::uint64_t* page_full = barriers;
-  std::uint64_t* page_empty = barriers + kStages;
-  std::uint64_t* query_full = barriers + 2 * kStages;
-  std::uint64_t* query_empty = barriers + 2 * kStages + 2;
+  auto* info = Layout::query_infos(smem);
+  StageInfo* stage_info = Layout::stage_infos(smem);
+  std::int32_t* issued_generation = Layout::issued_generation_of(smem);
+  std::uint64_t* page_full = Layout::page_full(smem);
+  std::uint64_t* page_empty = Layout::page_empty(smem);
+  std::uint64_t* query_full = Layout::query_full(smem);
+  std::uint64_t* query_empty = Layout::query_empty(smem);
 
   const int lane = threadIdx.x % 32;
   const bool leader = ptx::elect_one();
@@ -298,9 +326,9 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
           StageInfo{rows.request * p.next_n + rows.first_draft, first_position, generation, kind};
       if (kind == kStagePage) {
         ptx::mbarrier_arrive_expect_tx(&page_full[slot], kPageKeyBytes + kPageScaleBytes);
-        ptx::tensor_copy_3d(smem + Layout::keys + slot * kPageKeyBytes, key_map, 0, 0, page,
+        ptx::tensor_copy_3d(Layout::page_keys(smem, slot), key_map, 0, 0, page,
                             &page_full[slot]);
-        ptx::bulk_copy(smem + Layout::scales + slot * kPageScaleBytes,
+        ptx::bulk_copy(Layout::page_scales(smem, slot),
                        p.cache_base + page * p.page_stride + kPageKeyBytes, kPageScaleBytes,
                        &page_full[slot]);
       } else {
@@ -328,7 +356,7 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
     ptx::mbarrier_wait(&query_empty[slot], ((generation >> 1) & 1) ^ 1);
     if (leader) {
       ptx::mbarrier_expect_tx(&query_full[slot], Layout::kQueryBytes);
-      ptx::tensor_copy_4d(smem + Layout::queries + slot * Layout::kQueryBytes, query_map, 0, 0,
+      ptx::tensor_copy_4d(Layout::query_slot(smem, slot), query_map, 0, 0,
                           static_cast<int>(rows.first_draft), static_cast<int>(rows.request),
                           &query_full[slot]);
       ptx::store_release_cta(issued_generation, generation);
@@ -377,7 +405,7 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
                     }
                     const unsigned longest =
                         warp_max(lane_length > 0 ? static_cast<unsigned>(lane_length) : 0u);
-                    read_pages = (std::int64_t{longest} + kPageTokens - 1) / kPageTokens;
+                    read_pages = pages_for_length(longest);
                     query_loaded = false;
                     window_first = -1;
                   }
@@ -423,36 +451,6 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
   }
 }
 
-// ---- schedule check ---------------------------------------------------------------
-
-// Reports a schedule that cannot have been planned for this batch and path:
-// a successor starting before this worker, a wrong trailer, or a first entry
-// past (0, 0) that skips work. The walk itself stays safe either way.
-__device__ __forceinline__ void check_schedule(const LogitsKernelParams& p) {
-  const int worker = static_cast<int>(blockIdx.x);
-  const std::int64_t units = schedule_units(p.batch, p.next_n, p.path);
-  const WorkItem mine = schedule_entry(p.schedule, worker);
-  if (worker + 1 < p.num_workers) {
-    const WorkItem next = schedule_entry(p.schedule, worker + 1);
-    if (item_before(next, mine)) {
-      report_device_error(p.error, kScheduleMismatch, worker + 1, next.unit, next.chunk);
-    }
-  }
-  if (worker != 0) return;
-  const WorkItem trailer = schedule_entry(p.schedule, p.num_workers);
-  if (trailer.unit != units || trailer.chunk != kChunkTokens) {
-    report_device_error(p.error, kScheduleMismatch, p.num_workers, trailer.unit, trailer.chunk);
-  }
-  if (mine.unit == 0 && mine.chunk == 0) return;
-  // A first entry past (0, 0) is fine when only empty units precede it.
-  bool skips_work = mine.unit < 0 || mine.chunk != 0;
-  const std::int64_t skipped = mine.unit < units ? mine.unit : units;
-  for (std::int64_t unit = 0; unit < skipped && !skips_work; ++unit) {
-    skips_work = chunks_for_length(unit_length(p.lens, p.next_n, p.path, unit)) > 0;
-  }
-  if (skips_work) report_device_error(p.error, kScheduleMismatch, 0, mine.unit, mine.chunk);
-}
-
 // ---- fill warps -----------------------------------------------------------------
 
 // Columns of each unit's rows that no page covers: [pages * 64, max_context_len)
@@ -461,25 +459,22 @@ __device__ __forceinline__ void check_schedule(const LogitsKernelParams& p) {
 template <int kRows, bool kStores>
 __device__ __forceinline__ void fill_uncovered(const LogitsKernelParams& p) {
   const int thread = static_cast<int>(threadIdx.x) - 32 * kProducerWarps;
-  if (thread == 0) check_schedule(p);
   const std::int64_t units = schedule_units(p.batch, p.next_n, p.path);
+  if (thread == 0) check_schedule_share(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, units, p.error);
   for (std::int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
     const UnitRows rows = unit_rows(p, unit);
     const std::int64_t read = read_length<kRows>(p, rows);
-    const std::int64_t covered_pages_end = (read + kPageTokens - 1) / kPageTokens * kPageTokens;
+    const std::int64_t covered_pages_end = pages_for_length(read) * kPageTokens;
     for (int j = 0; j < kRows; ++j) {
       const std::int64_t row = rows.request * p.next_n + rows.first_draft + j;
       const std::int32_t length = row_length(p.lens, rows.request, rows.first_draft + j);
       const std::int32_t violation = length_violation(p, length);
       if (violation != kNoDeviceError && thread == 0) {
-        const std::int64_t limit = violation == kLengthBeyondMaxContext ? p.max_context_len
-                                   : violation == kLengthBeyondBlockTable ? p.max_blocks
-                                                                          : 0;
-        report_device_error(p.error, violation, row, length, limit);
+        report_device_error(p.error, violation, row, length,
+                            scoring_length_limit(violation, p.max_context_len, p.max_blocks));
       }
       if (!kStores || (violation == kNoDeviceError && !p.clean_logits)) continue;
-      const float value = violation == kNoDeviceError ? -__int_as_float(0x7f800000)
-                                                      : __int_as_float(0x7fc00000);
+      const float value = violation == kNoDeviceError ? masked_logit() : invalid_logit();
       const std::int64_t first = violation == kNoDeviceError ? covered_pages_end : 0;
       for (std::int64_t position = first + thread; position < p.max_context_len;
            position += kFillThreads) {
@@ -670,14 +665,13 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
                                        int consumer) {
   using Layout = SharedLayout<kRows, kHeads, kSelect>;
   constexpr int kStages = Layout::kStages;
-  auto* info = reinterpret_cast<QueryInfo<kRows, kHeads>*>(smem + Layout::query_info);
-  auto* stage_info = reinterpret_cast<const StageInfo*>(smem + Layout::stage_info);
-  auto* barriers = reinterpret_cast<std::uint64_t*>(smem + Layout::barriers);
-  std::uint64_t* page_full = barriers;
-  std::uint64_t* page_empty = barriers + kStages;
-  std::uint64_t* query_full = barriers + 2 * kStages;
-  std::uint64_t* query_empty = barriers + 2 * kStages + 2;
-  std::uint64_t* logits_ready = barriers + 2 * kStages + 4;
+  auto* info = Layout::query_infos(smem);
+  const StageInfo* stage_info = Layout::stage_infos(smem);
+  std::uint64_t* page_full = Layout::page_full(smem);
+  std::uint64_t* page_empty = Layout::page_empty(smem);
+  std::uint64_t* query_full = Layout::query_full(smem);
+  std::uint64_t* query_empty = Layout::query_empty(smem);
+  std::uint64_t* logits_ready = Layout::logits_ready(smem);
 
   const int thread = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
   const int warp = thread / 32;
@@ -687,9 +681,7 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
     const int slot = sequence % kStages;
     ptx::mbarrier_wait(&page_full[slot], (sequence / kStages) & 1);
     const StageInfo stage = stage_info[slot];
-    float* page_logits = kSelect ? reinterpret_cast<float*>(smem + Layout::page_logits +
-                                                            slot * Layout::kPageLogitsBytes)
-                                 : nullptr;
+    float* page_logits = kSelect ? Layout::page_logits_of(smem, slot) : nullptr;
     if (stage.kind == kStageEnd) {
       if constexpr (kSelect) ptx::mbarrier_arrive(&logits_ready[slot]);  // ends the selectors
       break;
@@ -704,11 +696,10 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
       ptx::mbarrier_arrive(&page_empty[slot]);
     };
     if (stage.kind == kStagePage) {
-      const float* scales =
-          reinterpret_cast<const float*>(smem + Layout::scales + slot * kPageScaleBytes);
+      const float* scales = Layout::page_scales(smem, slot);
       PageContext page;
-      page.keys = smem + Layout::keys + slot * kPageKeyBytes;
-      page.queries = smem + Layout::queries + query_slot * Layout::kQueryBytes;
+      page.keys = Layout::page_keys(smem, slot);
+      page.queries = Layout::query_slot(smem, query_slot);
       page.weights = query.weights;
       page.lengths = query.lengths;
       page.first_row = query.first_row;
@@ -722,7 +713,7 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
     } else if constexpr (kSelect) {
       release_page();
       for (int index = thread; index < kRows * kPageTokens; index += kWarpgroupThreads) {
-        page_logits[index] = __int_as_float(0x7fc00000);  // a refused page scores NaN
+        page_logits[index] = invalid_logit();  // a refused page scores NaN
       }
     } else {
       release_page();
@@ -758,14 +749,12 @@ __device__ __forceinline__ void select_pages(const LogitsKernelParams& p, unsign
   constexpr int kStages = Layout::kStages;
   static_assert(kPagesPerOffer == 2, "one stage of look-ahead");
   static_assert(Layout::kConsumers >= kPagesPerOffer && kStages >= kPagesPerOffer);
-  auto* stage_info = reinterpret_cast<const StageInfo*>(smem + Layout::stage_info);
-  auto* barriers = reinterpret_cast<std::uint64_t*>(smem + Layout::barriers);
-  std::uint64_t* page_empty = barriers + kStages;
-  std::uint64_t* logits_ready = barriers + 2 * kStages + 4;
-  auto* histogram = reinterpret_cast<int*>(smem + Layout::select_histogram) + selector * kSelectBins;
+  const StageInfo* stage_info = Layout::stage_infos(smem);
+  std::uint64_t* page_empty = Layout::page_empty(smem);
+  std::uint64_t* logits_ready = Layout::logits_ready(smem);
+  int* histogram = Layout::selector_histogram(smem, selector);
   auto logits_of = [&](int sequence) {
-    return reinterpret_cast<const float*>(smem + Layout::page_logits +
-                                          sequence % kStages * Layout::kPageLogitsBytes);
+    return static_cast<const float*>(Layout::page_logits_of(smem, sequence % kStages));
   };
   auto take = [&](int sequence) {
     ptx::mbarrier_wait(&logits_ready[sequence % kStages], (sequence / kStages) & 1);
@@ -825,19 +814,18 @@ __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThread
   // Swizzled tensor copies and wgmma descriptors need 1024-byte alignment.
   unsigned char* smem =
       shared_raw + ((1024 - (ptx::smem_address(shared_raw) & 1023)) & 1023);
-  auto* barriers = reinterpret_cast<std::uint64_t*>(smem + Layout::barriers);
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      ptx::mbarrier_init(&barriers[s], 1);  // page full
+      ptx::mbarrier_init(&Layout::page_full(smem)[s], 1);
       // page empty: the consumer, and with kSelect the selectors
-      ptx::mbarrier_init(&barriers[kStages + s],
+      ptx::mbarrier_init(&Layout::page_empty(smem)[s],
                          kWarpgroupThreads + (kSelect ? 32 * active_selectors(kRows) : 0));
-      if (kSelect) ptx::mbarrier_init(&barriers[2 * kStages + 4 + s], kWarpgroupThreads);  // logits ready
+      if (kSelect) ptx::mbarrier_init(&Layout::logits_ready(smem)[s], kWarpgroupThreads);
     }
-    *reinterpret_cast<std::int32_t*>(smem + Layout::issued_generation) = -1;
+    *Layout::issued_generation_of(smem) = -1;
     for (int s = 0; s < 2; ++s) {
-      ptx::mbarrier_init(&barriers[2 * kStages + s], 32);     // query full: producer 0
-      ptx::mbarrier_init(&barriers[2 * kStages + 2 + s], kQueryReleaseArrivals);  // query empty
+      ptx::mbarrier_init(&Layout::query_full(smem)[s], 32);  // producer 0
+      ptx::mbarrier_init(&Layout::query_empty(smem)[s], kQueryReleaseArrivals);
     }
     ptx::fence_barrier_init();
   }

@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   const UnitRows rows = unit_rows(p, blockIdx.x);
   const std::int64_t first_row = rows.request * p.next_n + rows.first_draft;
   const SampleMap map =
-      sample_map((std::int64_t{read_length<kRows>(p, rows)} + kPageTokens - 1) / kPageTokens);
+      sample_map(pages_for_length(read_length<kRows>(p, rows)));
   if (blockIdx.y == 0 && thread < kRows) out.maps[first_row + thread] = map;
   const int tiles = (map.count + kSampleTileTokens - 1) / kSampleTileTokens;
   const int first_tile = static_cast<int>(blockIdx.y) * tiles_per_cta;

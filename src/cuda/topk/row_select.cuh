@@ -41,11 +41,13 @@
 #include <cstdint>
 #include <cub/block/block_radix_sort.cuh>
 
+#include "common/device_error.hpp"
+#include "common/logit_rules.hpp"
+#include "common/problem.hpp"
+#include "cuda/device_error.cuh"
 #include "cuda/topk/ordered_key.cuh"
 #include "cuda/warp_scan.cuh"
-#include "common/device_error.hpp"
 #include "dsa/topk.hpp"
-#include "common/problem.hpp"
 
 namespace dsa::detail::cuda::topk_impl {
 
@@ -318,15 +320,6 @@ __device__ inline FoundBin find_threshold_bin(const int* histogram, int target, 
   FoundBin found[1];
   find_threshold_bins(histogram, targets, s, found);
   return found[0];
-}
-
-__device__ inline void record_error(DeviceErrorRecord* record, std::int32_t code, std::int32_t a0,
-                                    std::int32_t a1, std::int32_t a2) {
-  if (atomicCAS(&record->code, 0, code) == 0) {
-    record->args[0] = a0;
-    record->args[1] = a1;
-    record->args[2] = a2;
-  }
 }
 
 // Position p of row `row` as written to the output (cache slot when a block
@@ -1020,7 +1013,7 @@ __device__ bool narrow(const Source& source, RankRange& r, int k, int fit_total,
 // ranks: its indices are written but not exact.
 __device__ inline void report_disagreement(const TopkArgs& a, std::int64_t row) {
   if (threadIdx.x == 0) {
-    record_error(a.error, kSelectionDisagreement, static_cast<std::int32_t>(row), 0, 0);
+    report_device_error(a.error, kSelectionDisagreement, row, 0, 0);
   }
 }
 
@@ -1229,22 +1222,12 @@ __device__ void select_row(const TopkArgs& a, RowOf&& row_of, SharedStorage& sm)
   const int length = a.lengths[row * a.lengths_stride];
   std::int32_t* out = a.indices + row * a.indices_stride;
 
-  std::int32_t error = kNoDeviceError;
-  std::int64_t limit = 0;
-  if (length < 0) {
-    error = kNegativeLength;
-  } else if (length > a.cols) {
-    error = kLengthBeyondLogits;
-    limit = a.cols;
-  } else if (a.block_table != nullptr && length > a.max_blocks * 64) {
-    error = kLengthBeyondBlockTable;
-    limit = a.max_blocks;
-  }
+  const std::int32_t error = topk_length_violation(length, a.cols, a.block_table != nullptr, a.max_blocks);
   if (error != kNoDeviceError || length <= a.k) {
     if (group_rank == 0) {
       if (error != kNoDeviceError && threadIdx.x == 0) {
-        record_error(a.error, error, static_cast<std::int32_t>(row), length,
-                     static_cast<std::int32_t>(limit));
+        report_device_error(a.error, error, row, length,
+                            topk_length_limit(error, a.cols, a.max_blocks));
       }
       write_all_positions(a, row, error != kNoDeviceError ? 0 : length, out);
     }
