@@ -170,7 +170,8 @@ inline dsa::TensorView schedule_view(const dsa::DeviceBuffer& schedule) {
 // sum_h |w| * scale * sum_d |q k|. The generic kernel accumulates in plain
 // fp32. The Hopper kernels (and automatic, which picks them on sm_90) sum the
 // fp8 products inside the tensor cores, whose accumulator keeps only about 13
-// mantissa bits per step: errors up to ~8e-4 of the magnitude were measured.
+// mantissa bits per step; the bound sits above the largest errors measured
+// (docs/performance.md, Method).
 inline double logits_tolerance(dsa::Backend backend) {
   return backend == dsa::Backend::cuda_generic ? 2e-5 : 2e-3;
 }
