@@ -136,15 +136,13 @@ Status run_cuda(const char* op, const ExecContext& ctx, std::size_t required_wor
 
 // `automatic` runs the fused pass where it measured at least as fast as
 // staging the logits and selecting from them (docs/performance.md).
-// On CUDA nowhere yet: the Hopper fused pass is slower than the pair.
+// On CUDA nowhere: the Hopper fused pass is slower than logits then top-k
+// at every point measured (docs/performance.md).
 bool fused_on_cuda(IndexTopkStrategy strategy) { return strategy == IndexTopkStrategy::fused; }
 
 // On the CPU everywhere: it costs what staging costs, less where rows no
-// longer than k need no scores, and spares the logits matrix (on two cores,
-// fused against staged, ms: B = 16 at 4K next_n 1 4.7 / 4.9; B = 4 at 4K
-// next_n 2 2.0 / 2.1; B = 8 at 16K next_n 4 26 / 26; B = 1 at 32K next_n 4
-// 7.6 / 7.6; B = 32 at 2K next_n 3 5.3 / 10.2; docs/performance.md, CPU
-// backend).
+// longer than k need no scores, and spares the logits matrix
+// (docs/performance.md, CPU backend).
 bool fused_on_cpu(IndexTopkStrategy strategy) { return strategy != IndexTopkStrategy::logits_then_topk; }
 
 Status context_lens_op(const char* op, detail::LengthConvention convention, const TensorView& input,

@@ -13,8 +13,8 @@
 namespace dsa {
 
 enum class IndexTopkStrategy {
-  automatic,         // the faster of the two on the backend: today fused on the CPU,
-                     // logits_then_topk on CUDA
+  automatic,         // the faster of the two on the backend as measured
+                     // (docs/performance.md): fused on the CPU, logits_then_topk on CUDA
   fused,             // selection inside the scoring pass, logits never written in full
                      // (CPU, and CUDA on the Hopper kernels; the generic CUDA kernels
                      // return `unsupported`)

@@ -32,16 +32,15 @@ constexpr int kBlocksPerMultiprocessor = 2;
 constexpr std::int64_t kMinSegmentValues = 8192;
 // Rows are ordered by length (row_by_length) only when some may be longer
 // than this: shorter rows take about as long as each other (the fixed phases
-// dominate), and ordering costs each CTA of the second wave ~1 µs.
+// dominate), and the ordering costs each CTA of the second wave a fixed time.
 constexpr std::int64_t kMinOrderedLength = 49152;
 // Segments beyond this would overflow the candidate list (see
 // kCandidateCapacity) and take the slow path.
 constexpr std::int64_t kMaxSegmentValues = 131072;
 // What a cluster's exchanges (count merge, gather, the first CTA finishing
-// alone) cost, in values one CTA scans in that time: about 64K on an H200.
-// There, 32-256 rows of 32K-64K on average (logits 42K-83K wide) took
-// 21-40 us one CTA per row against 25-64 us in clusters of 2-5, while 32 rows
-// of logits 83K wide took 25.6 us in clusters of 8 against 27.8.
+// alone) cost, in values one CTA scans in that time: about 64K on an H200,
+// where rows of 32K-64K on average run faster one CTA per row and only
+// logits over ~80K wide gain from clusters (docs/performance.md).
 constexpr std::int64_t kClusterCostValues = 65536;
 
 template <typename Bits>

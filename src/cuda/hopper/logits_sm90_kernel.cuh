@@ -52,12 +52,11 @@ inline constexpr int kPagesPerChunk = kChunkTokens / kPageTokens;
 inline constexpr int kWarpgroupThreads = 128;
 // Consumer warpgroups per CTA. A consumer spends most of a page waiting (for
 // its products, its shuffles, its stores), so the scoring kernel keeps four
-// pages in flight per multiprocessor, whatever the columns of a unit: against
-// three, 4-8 % faster on an H200 at next_n 2-4 and at the smallest shapes
-// (at 128 columns or fewer, measured ~3 % slower before the products'
-// descriptors moved to uniform registers). Four fit the 104 registers a
-// 640-thread CTA leaves them without spills. The selection kernel keeps
-// three, and a fifth warpgroup of selector warps.
+// pages in flight per multiprocessor, whatever the columns of a unit: faster
+// than three at next_n 2-4 and at the smallest shapes, no slower elsewhere
+// (docs/performance.md). Four fit the 104 registers a 640-thread CTA leaves
+// them without spills. The selection kernel keeps three, and a fifth
+// warpgroup of selector warps.
 constexpr int consumer_warpgroups(bool select) { return select ? 3 : 4; }
 inline constexpr int kProducerWarps = 3;
 inline constexpr int kFillThreads = kWarpgroupThreads - 32 * kProducerWarps;
