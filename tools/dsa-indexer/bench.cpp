@@ -44,6 +44,12 @@ std::vector<GridPoint> grid_points(GridSize size) {
   std::vector<GridPoint> points;
   if (size == GridSize::topk) return points;  // the top-k lines alone
   if (size == GridSize::small) {
+    // Small decode batches, where fixed costs dominate, then the corners of the full grid.
+    for (const std::int64_t batch : {1, 4, 8, 16}) {
+      for (const std::int64_t context : {4096, 16384}) {
+        for (int next_n = 1; next_n <= 4; ++next_n) points.push_back({batch, context, next_n});
+      }
+    }
     for (const auto& [batch, context] : {std::pair<std::int64_t, std::int64_t>{32, 8192}, {128, 65536}}) {
       for (int next_n = 1; next_n <= 4; ++next_n) points.push_back({batch, context, next_n});
     }
@@ -119,6 +125,12 @@ struct PointResult {
   double index_topk_s = kNotMeasured;
   double index_topk_host_s = kNotMeasured;
   double fused_s = kNotMeasured;  // index_topk with the fused strategy
+  // One decode step (lengths -> schedule -> logits -> top-k as cache slots)
+  // replayed as a CUDA graph, and the same calls timed one by one.
+  double step_s = kNotMeasured;
+  double lengths_s = kNotMeasured;
+  double plan_s = kNotMeasured;
+  double topk_slots_s = kNotMeasured;
   double floor_s = kNotMeasured;       // max(native bytes / bandwidth, FLOPs / fp8 rate)
   double topk_floor_s = kNotMeasured;  // one read of the valid logits
   double path_difference = 0;          // native vs per-token, relative to the row rms
@@ -126,6 +138,8 @@ struct PointResult {
   std::string problems;  // empty when every check passed
 
   void note(const std::string& problem) { problems += (problems.empty() ? "" : "; ") + problem; }
+  // The step's calls timed one by one, added up.
+  double step_parts_s() const { return lengths_s + plan_s + native_s + topk_slots_s; }
 };
 
 // Times `launch`; an `unsupported` backend leaves the time unmeasured, any
@@ -169,6 +183,38 @@ dsa::Status prepare_point(const Bench& bench, const WorkloadShape& shape, const 
   DSA_RETURN_IF_ERROR(pipeline->run_plan(dsa::LogitsPath::per_token, *per_token_schedule, checked));
   pipeline->keys = Buffer{};  // the bf16 keys are in the cache now
   return {};
+}
+
+// The step an engine replays each layer of a decode step, on the native
+// path: its calls one by one, then the whole step as CUDA-graph replays (a
+// graph per rotated cache, so the replays read memory as the calls did).
+// The difference between the two is what launches and gaps cost.
+void measure_step(const Bench& bench, const Pipeline& pipeline, const Rotation& caches, PointResult* result) {
+  const dsa::ExecContext& ctx = bench.ctx;
+  result->lengths_s = timed_or_note(bench, "lengths", [&](int) { return pipeline.run_lengths(ctx); }, result);
+  result->plan_s = timed_or_note(bench, "plan", [&](int) {
+    return pipeline.run_plan(dsa::LogitsPath::native, pipeline.schedule, ctx);
+  }, result);
+  result->topk_slots_s = timed_or_note(bench, "topk slots", [&](int) {
+    return pipeline.run_topk(pipeline.logits_view(), ctx, true);
+  }, result);
+  std::vector<CapturedGraph> steps(static_cast<std::size_t>(caches.size()));
+  for (int set = 0; set < caches.size(); ++set) {
+    const dsa::Status captured = CapturedGraph::capture(ctx.stream, [&]() -> dsa::Status {
+      DSA_RETURN_IF_ERROR(pipeline.run_lengths(ctx));
+      DSA_RETURN_IF_ERROR(pipeline.run_plan(dsa::LogitsPath::native, pipeline.schedule, ctx));
+      DSA_RETURN_IF_ERROR(pipeline.run_logits(dsa::LogitsPath::native, pipeline.schedule,
+                                              pipeline.cache_view_of(caches.at(set)), ctx));
+      return pipeline.run_topk(pipeline.logits_view(), ctx, true);
+    }, &steps[static_cast<std::size_t>(set)]);
+    if (!captured.ok()) {
+      result->note("step graph: " + captured.to_string());
+      return;
+    }
+  }
+  result->step_s = timed_or_note(bench, "step graph", [&](int run) {
+    return steps[static_cast<std::size_t>(run) % steps.size()].replay(ctx.stream);
+  }, result);
 }
 
 PointResult measure_point(const Bench& bench, const GridPoint& point, int heads, int k, std::uint64_t seed) {
@@ -261,6 +307,7 @@ PointResult measure_point(const Bench& bench, const GridPoint& point, int heads,
                                    dsa::IndexTopkStrategy::fused, ctx);
   }, &result);
   if (!std::isnan(result.topk_s) && !std::isnan(result.fused_s)) check_against_topk("fused index_topk");
+  if (bench.gpu() && !std::isnan(result.native_s)) measure_step(point_bench, pipeline, caches, &result);
   if (bench.gpu()) {
     if (const dsa::Status status = dsa::read_device_error(ctx); !status.ok()) {
       result.note("device error: " + status.to_string());
@@ -389,6 +436,11 @@ Json point_json(const PointResult& r) {
   entry.set("index_topk_host_us", r.index_topk_host_s * 1e6);
   entry.set("fused_index_topk_us", r.fused_s * 1e6);
   entry.set("fused_over_logits", r.fused_s / r.native_s);
+  entry.set("lengths_us", r.lengths_s * 1e6);
+  entry.set("plan_us", r.plan_s * 1e6);
+  entry.set("topk_slots_us", r.topk_slots_s * 1e6);
+  entry.set("step_parts_us", r.step_parts_s() * 1e6);
+  entry.set("step_graph_us", r.step_s * 1e6);
   entry.set("path_max_relative_difference", r.path_difference);
   entry.set("rotating_input_sets", r.rotation);
   entry.set("ok", r.problems.empty());
@@ -410,6 +462,19 @@ void print_grid_table(std::FILE* out, const std::vector<PointResult>& results, b
                  with_floor ? ratio(r.topk_floor_s, r.topk_s).c_str() : "-", microseconds(r.index_topk_s).c_str(),
                  microseconds(r.fused_s).c_str(), ratio(r.fused_s, r.native_s).c_str(),
                  r.problems.empty() ? "ok" : r.problems.c_str());
+  }
+}
+
+void print_step_table(std::FILE* out, const std::vector<PointResult>& results) {
+  std::fprintf(out, "%5s %5s %2s | %8s %8s %9s %9s %9s | %9s %9s %8s\n", "B", "ctx", "n", "lengths", "plan",
+               "logits", "topk slots", "sum us", "graph us", "/sum", "/logits");
+  for (const PointResult& r : results) {
+    std::fprintf(out, "%5lld %5s %2d | %8s %8s %9s %9s %9s | %9s %9s %8s\n", static_cast<long long>(r.point.batch),
+                 context_label(r.point.avg_context).c_str(), r.point.next_n, microseconds(r.lengths_s).c_str(),
+                 microseconds(r.plan_s).c_str(), microseconds(r.native_s).c_str(),
+                 microseconds(r.topk_slots_s).c_str(), microseconds(r.step_parts_s()).c_str(),
+                 microseconds(r.step_s).c_str(), ratio(r.step_s, r.step_parts_s()).c_str(),
+                 ratio(r.step_s, r.native_s).c_str());
   }
 }
 
@@ -536,6 +601,10 @@ int gpu_bench(const Options& options, const Target& target, std::FILE* text, Jso
     std::fprintf(text, "floor = max(bytes / copy bandwidth, FLOPs / fp8 rate); floor/t = fraction of the floor reached; "
                        "host = the host's time per native call (validation and enqueue); speedup = per-token / native\n");
     print_grid_table(text, results, true);
+    std::fprintf(text, "\ndecode step on the native path (lengths -> schedule -> logits -> top-k as cache slots, "
+                       "k=%d): each call timed alone, their sum, and the whole step replayed as a CUDA graph\n",
+                 options.k);
+    print_step_table(text, results);
   }
   std::fprintf(text, "\ntop-k alone (k=%d; floor = one read of the logits at copy bandwidth):\n", options.k);
   std::fprintf(text, "%5s %9s %-13s | %9s %9s %7s %7s | %s\n", "T", "length", "values", "us", "floor us", "floor/t",

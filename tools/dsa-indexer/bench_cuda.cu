@@ -251,6 +251,29 @@ dsa::Status time_device_runs(void* stream, int warmup, int iters,
   return {};
 }
 
+dsa::Status CapturedGraph::capture(void* stream, const std::function<dsa::Status()>& enqueue,
+                                   CapturedGraph* out) {
+  // Thread-local capture: library calls may query the device (attributes,
+  // occupancy) while capturing, as an engine's do.
+  DSA_RETURN_IF_ERROR(cuda_status(cudaStreamBeginCapture(as_stream(stream), cudaStreamCaptureModeThreadLocal),
+                                  "cudaStreamBeginCapture"));
+  const dsa::Status enqueued = enqueue();
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(as_stream(stream), &graph);
+  const std::unique_ptr<CUgraph_st, decltype(&cudaGraphDestroy)> owned(graph, cudaGraphDestroy);
+  DSA_RETURN_IF_ERROR(enqueued);
+  DSA_RETURN_IF_ERROR(cuda_status(ended, "cudaStreamEndCapture"));
+  cudaGraphExec_t exec = nullptr;
+  DSA_RETURN_IF_ERROR(cuda_status(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate"));
+  out->exec_ = std::shared_ptr<void>(exec, [](void* e) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e)); });
+  return {};
+}
+
+dsa::Status CapturedGraph::replay(void* stream) const {
+  return cuda_status(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_.get()), as_stream(stream)),
+                     "cudaGraphLaunch");
+}
+
 dsa::Status measure_copy_bandwidth(void* stream, std::size_t buffer_bytes, int iters,
                                    double* bytes_per_second) {
   dsa::DeviceBuffer source, destination;

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,18 @@ namespace dsa_cli {
 // `run` counts from 0 over all launches so callers can rotate inputs.
 dsa::Status time_device_runs(void* stream, int warmup, int iters,
                              const std::function<dsa::Status(int run)>& launch, RunTimes* times);
+
+// The work one call of `enqueue` issues on `stream`, captured once into a
+// CUDA graph and replayed as engines replay a decode step. Moves only.
+class CapturedGraph {
+ public:
+  static dsa::Status capture(void* stream, const std::function<dsa::Status()>& enqueue, CapturedGraph* out);
+  // Enqueues one replay on `stream`.
+  dsa::Status replay(void* stream) const;
+
+ private:
+  std::shared_ptr<void> exec_;  // the instantiated graph (cudaGraphExec_t)
+};
 
 // Median bandwidth of device-to-device cudaMemcpyAsync of `buffer_bytes`
 // bytes, counting bytes read plus bytes written.

@@ -13,6 +13,10 @@ dsa::Status no_cuda() {
 dsa::Status time_device_runs(void*, int, int, const std::function<dsa::Status(int)>&, RunTimes*) {
   return no_cuda();
 }
+dsa::Status CapturedGraph::capture(void*, const std::function<dsa::Status()>&, CapturedGraph*) {
+  return no_cuda();
+}
+dsa::Status CapturedGraph::replay(void*) const { return no_cuda(); }
 dsa::Status measure_copy_bandwidth(void*, std::size_t, int, double*) { return no_cuda(); }
 dsa::Status measure_fp8_matmul_rate(void*, int, int, MatmulRate*) { return no_cuda(); }
 dsa::Status copy_device_to_device(void*, const void*, std::size_t, void*) { return no_cuda(); }

@@ -304,8 +304,8 @@ Options of the default run:
 Options of bench:
   --backend B     as above (default auto)
   --grid G        full: B in {32, 128} x average context {8K, 32K, 64K} x next_n 1..4;
-                  small: B=32 at 8K and B=128 at 64K, next_n 1..4; topk: only the top-k
-                  lines (default full)
+                  small: B in {1, 4, 8, 16} at 4K and 16K, B=32 at 8K and B=128 at 64K,
+                  next_n 1..4; topk: only the top-k lines (default full)
   --heads N, --k N, --seed N
   --iters N       timed repetitions per measurement (default 50)
   --json[=FILE]   everything measured, as JSON; the table is printed at the end

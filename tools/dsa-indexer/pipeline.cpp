@@ -125,9 +125,15 @@ dsa::Status Pipeline::run_logits(dsa::LogitsPath path, const Buffer& schedule_me
                                logits_view(), options, ctx);
 }
 
-dsa::Status Pipeline::run_topk(const dsa::TensorView& logits_in, const dsa::ExecContext& ctx) const {
+dsa::Status Pipeline::run_topk(const dsa::TensorView& logits_in, const dsa::ExecContext& ctx,
+                               bool physical_slots) const {
+  dsa::TopkOptions options;
+  if (physical_slots) {
+    options.block_table = block_table_view();
+    options.rows_per_request = static_cast<int>(shape_.next_n);
+  }
   return dsa::topk(logits_in, row_lengths_view(), k_, indices.view(dsa::DType::int32, {shape_.rows(), k_}),
-                   {}, ctx);
+                   options, ctx);
 }
 
 dsa::Status Pipeline::run_index_topk(dsa::LogitsPath path, const Buffer& schedule_memory,

@@ -30,8 +30,10 @@ class Pipeline {
   dsa::Status run_plan(dsa::LogitsPath path, const Buffer& schedule, const dsa::ExecContext& ctx) const;
   dsa::Status run_logits(dsa::LogitsPath path, const Buffer& schedule, const dsa::TensorView& cache,
                      const dsa::ExecContext& ctx) const;
-  // Top-k of `logits` (logits_view() or a copy of it) into `indices`.
-  dsa::Status run_topk(const dsa::TensorView& logits, const dsa::ExecContext& ctx) const;
+  // Top-k of `logits` (logits_view() or a copy of it) into `indices`, as
+  // positions or (physical_slots) as the cache slots sparse attention reads.
+  dsa::Status run_topk(const dsa::TensorView& logits, const dsa::ExecContext& ctx,
+                       bool physical_slots = false) const;
   dsa::Status run_index_topk(dsa::LogitsPath path, const Buffer& schedule, const dsa::TensorView& cache,
                              dsa::IndexTopkStrategy strategy, const dsa::ExecContext& ctx) const;
 
