@@ -24,7 +24,6 @@
 #include "backend.hpp"
 #include "cuda/device_error.cuh"
 #include "cuda/candidate_lists.hpp"
-#include "cuda/generic_kernels.hpp"
 #include "cuda/hopper/logits_sm90.hpp"
 #include "cuda/launch_utils.hpp"
 #include "cuda/scoring_rules.cuh"
@@ -396,8 +395,8 @@ Status fused_index_topk(const IndexTopkProblem& p, const ExecContext& ctx) {
 
 }  // namespace
 
-std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_context_len, int /*k*/,
-                                       bool fused, int workers, int rows_per_unit, int /*device*/) {
+std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_context_len, bool fused,
+                                       int workers, int rows_per_unit) {
   if (!fused) return plan_workspace(rows, max_context_len).total;
   // Sized for every call of up to max_context_len positions: the lists of
   // calls without a sample grow with their context, up to more than a
@@ -408,9 +407,6 @@ std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_conte
 }
 
 Status index_topk(const IndexTopkProblem& p, bool hopper, const ExecContext& ctx) {
-  DeviceGuard guard;
-  DSA_RETURN_IF_ERROR(guard.enter(p.logits.device.index));
-  DSA_RETURN_IF_ERROR(clear_device_error(ctx));
   // The public API checked the workspace against index_topk_workspace_bytes
   // and that the fused strategy runs on the Hopper kernels only.
   if (p.fused) return fused_index_topk(p, ctx);
@@ -426,10 +422,10 @@ Status index_topk(const IndexTopkProblem& p, bool hopper, const ExecContext& ctx
   scoring.clean_logits = false;
   auto* lengths = reinterpret_cast<std::int32_t*>(workspace + plan.lengths_offset);
   DSA_RETURN_IF_ERROR(launch_topk_lengths(p, lengths, ctx));
-  DSA_RETURN_IF_ERROR(launch_paged_mqa_logits(scoring, hopper, ctx));
+  DSA_RETURN_IF_ERROR(paged_mqa_logits(scoring, hopper, ctx));
 
   const TopkProblem select = selection_problem(p, lengths, scoring.logits, scoring.logits_stride);
-  return launch_topk(select, ctx);
+  return topk(select, ctx);
 }
 
 }  // namespace dsa::detail::cuda
