@@ -78,7 +78,7 @@ Status index_topk(const IndexTopkProblem& p, bool hopper, const ExecContext& ctx
 std::size_t workspace_bytes_basic();
 std::size_t topk_workspace_bytes();
 // fused: candidate lists for a schedule of `workers` workers over units of
-// `rows_per_unit` rows (candidate_lists.hpp); otherwise staged logits.
+// `rows_per_unit` rows (fused/candidate_lists.hpp); otherwise staged logits.
 std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_context_len, bool fused,
                                        int workers, int rows_per_unit);
 
