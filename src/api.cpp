@@ -124,12 +124,18 @@ Status run_cpu(const char* op, Call&& call) {
   }
 }
 
-// Checks the workspace, launches, and with ctx.check_device_errors waits for
-// and returns the first data-dependent error the kernels recorded.
+// Checks the workspace, launches inside the operation's scope on the
+// tensors' device (cuda::OperationScope), and with ctx.check_device_errors
+// waits for and returns the first data-dependent error the kernels recorded.
 template <typename Launch>
-Status run_cuda(const char* op, const ExecContext& ctx, std::size_t required_workspace, Launch&& launch) {
+Status run_cuda(const char* op, Device device, const ExecContext& ctx, std::size_t required_workspace,
+                Launch&& launch) {
   DSA_RETURN_IF_ERROR(check_workspace(op, ctx, required_workspace));
-  DSA_RETURN_IF_ERROR(launch());
+  {
+    cuda::OperationScope scope;
+    DSA_RETURN_IF_ERROR(scope.enter(device.index, ctx));
+    DSA_RETURN_IF_ERROR(launch());
+  }
   if (ctx.check_device_errors) return cuda::read_device_error(ctx, op);
   return Status::success();
 }
@@ -152,7 +158,8 @@ Status context_lens_op(const char* op, detail::LengthConvention convention, cons
   Engine engine;
   DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, &engine));
   if (!is_cuda_engine(engine)) return run_cpu(op, [&] { return cpu::context_lens(p, ctx); });
-  return run_cuda(op, ctx, cuda::workspace_bytes_basic(), [&] { return cuda::context_lens(p, ctx); });
+  return run_cuda(op, p.device, ctx, cuda::workspace_bytes_basic(),
+                  [&] { return cuda::context_lens(p, ctx); });
 }
 
 }  // namespace
@@ -213,7 +220,8 @@ Status plan_schedule(const TensorView& context_lens, int num_workers, LogitsPath
   Engine engine;
   DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, &engine));
   if (!is_cuda_engine(engine)) return run_cpu(op, [&] { return cpu::plan_schedule(p, ctx); });
-  return run_cuda(op, ctx, cuda::workspace_bytes_basic(), [&] { return cuda::plan_schedule(p, ctx); });
+  return run_cuda(op, p.device, ctx, cuda::workspace_bytes_basic(),
+                  [&] { return cuda::plan_schedule(p, ctx); });
 }
 
 Status store_index_keys(const TensorView& keys, const TensorView& slot_mapping, const TensorView& cache,
@@ -226,7 +234,8 @@ Status store_index_keys(const TensorView& keys, const TensorView& slot_mapping, 
   if (!is_cuda_engine(engine)) {
     return run_cpu(op, [&] { return cpu::store_index_keys(p, engine == Engine::cpu_parallel, ctx); });
   }
-  return run_cuda(op, ctx, cuda::workspace_bytes_basic(), [&] { return cuda::store_index_keys(p, ctx); });
+  return run_cuda(op, p.device, ctx, cuda::workspace_bytes_basic(),
+                  [&] { return cuda::store_index_keys(p, ctx); });
 }
 
 std::size_t store_index_keys_workspace_bytes(const ExecContext& ctx) {
@@ -244,7 +253,8 @@ Status quantize_queries(const TensorView& q, const TensorView& head_gate, const 
   if (!is_cuda_engine(engine)) {
     return run_cpu(op, [&] { return cpu::quantize_queries(p, engine == Engine::cpu_parallel, ctx); });
   }
-  return run_cuda(op, ctx, cuda::workspace_bytes_basic(), [&] { return cuda::quantize_queries(p, ctx); });
+  return run_cuda(op, p.device, ctx, cuda::workspace_bytes_basic(),
+                  [&] { return cuda::quantize_queries(p, ctx); });
 }
 
 std::size_t quantize_queries_workspace_bytes(const ExecContext& ctx) {
@@ -283,7 +293,7 @@ Status paged_mqa_logits(const TensorView& q, const TensorView& key_cache, const 
   if (!is_cuda_engine(engine)) {
     return run_cpu(op, [&] { return cpu::paged_mqa_logits(p, engine == Engine::cpu_parallel, ctx); });
   }
-  return run_cuda(op, ctx, cuda::workspace_bytes_basic(),
+  return run_cuda(op, p.device, ctx, cuda::workspace_bytes_basic(),
                   [&] { return cuda::paged_mqa_logits(p, engine == Engine::cuda_hopper, ctx); });
 }
 
@@ -301,15 +311,12 @@ Status topk(const TensorView& logits, const TensorView& lengths, int k, const Te
   if (!is_cuda_engine(engine)) {
     return run_cpu(op, [&] { return cpu::topk(p, engine == Engine::cpu_parallel, ctx); });
   }
-  // Rows are sized by the logits columns: lengths live on the device.
-  return run_cuda(op, ctx, cuda::topk_workspace_bytes(p.rows, p.cols, p.k, p.device.index),
-                  [&] { return cuda::topk(p, ctx); });
+  return run_cuda(op, p.device, ctx, cuda::topk_workspace_bytes(), [&] { return cuda::topk(p, ctx); });
 }
 
-std::size_t topk_workspace_bytes(std::int64_t rows, std::int64_t max_length, int k, const ExecContext& ctx) {
-  if (is_cpu_backend(ctx.backend)) return 0;
-  // The context names no device; the query is made for device 0.
-  return cuda::topk_workspace_bytes(rows, max_length, k, 0);
+std::size_t topk_workspace_bytes(std::int64_t /*rows*/, std::int64_t /*max_length*/, int /*k*/,
+                                 const ExecContext& ctx) {
+  return is_cpu_backend(ctx.backend) ? 0 : cuda::topk_workspace_bytes();
 }
 
 Status index_topk(const TensorView& q, const TensorView& key_cache, const TensorView& weights,
@@ -337,9 +344,9 @@ Status index_topk(const TensorView& q, const TensorView& key_cache, const Tensor
   // The CUDA backend lays out its workspace (error record, staged logits or
   // candidate lists, ...) itself.
   const std::size_t required = cuda::index_topk_workspace_bytes(
-      p.logits.rows(), max_context_len, options.k, fused, p.logits.num_workers, p.logits.rows_per_unit(),
-      p.logits.device.index);
-  return run_cuda(op, ctx, required, [&] { return cuda::index_topk(p, engine == Engine::cuda_hopper, ctx); });
+      p.logits.rows(), max_context_len, fused, p.logits.num_workers, p.logits.rows_per_unit());
+  return run_cuda(op, p.logits.device, ctx, required,
+                  [&] { return cuda::index_topk(p, engine == Engine::cuda_hopper, ctx); });
 }
 
 std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_context_len,
@@ -353,9 +360,9 @@ std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_conte
       static_cast<int>(std::min<std::int64_t>(std::max<std::int64_t>(rows, 1), cuda::kMaxNativeRows));
   std::size_t most = 0;
   for (int rows_per_unit = 1; rows_per_unit <= max_rows_per_unit; ++rows_per_unit) {
-    most = std::max(most, cuda::index_topk_workspace_bytes(rows, max_context_len, options.k,
+    most = std::max(most, cuda::index_topk_workspace_bytes(rows, max_context_len,
                                                            fused_on_cuda(options.strategy), workers,
-                                                           rows_per_unit, 0));
+                                                           rows_per_unit));
   }
   return most;
 }

@@ -29,8 +29,42 @@ Status index_topk(const IndexTopkProblem& p, bool parallel, const ExecContext& c
 namespace cuda {
 // Largest next_n the Hopper kernels score natively (one unit of rows).
 inline constexpr int kMaxNativeRows = 8;
+
+// Makes `device` current for the calling thread for the guard's lifetime, so
+// kernels launch on the device that owns the tensors and the caller's
+// current device is left as it was. Its members are defined with the CUDA
+// backend, which keeps the CUDA runtime out of this header (api.cpp is
+// plain C++).
+class DeviceGuard {
+ public:
+  DeviceGuard() = default;
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  ~DeviceGuard();
+  Status enter(int device);
+
+ private:
+  int previous_ = 0;
+  bool restore_ = false;
+};
+
+// The prologue of every CUDA operation, entered once per public call (by
+// api.cpp's run_cuda) before the backend enqueues anything: the tensors'
+// device becomes current for the scope's lifetime, then the error record is
+// cleared on ctx.stream (a memset on that device, hence after the guard), so
+// that whatever the kernels record belongs to this call.
+class OperationScope {
+ public:
+  Status enter(int device, const ExecContext& ctx);
+
+ private:
+  DeviceGuard device_;
+};
+
 // All are stream-ordered on ctx.stream, allocation-free, and use
 // ctx.workspace (its first kDeviceErrorRecordBytes hold the error record).
+// They run inside the call's OperationScope, so one may call another
+// (index_topk scores, then selects); the record keeps the first violation.
 Status store_index_keys(const StoreKeysProblem& p, const ExecContext& ctx);
 Status quantize_queries(const QuantizeQueriesProblem& p, const ExecContext& ctx);
 Status context_lens(const LengthsProblem& p, const ExecContext& ctx);
@@ -42,11 +76,11 @@ Status index_topk(const IndexTopkProblem& p, bool hopper, const ExecContext& ctx
 
 // Workspace each operation needs, in bytes (error record included).
 std::size_t workspace_bytes_basic();
-std::size_t topk_workspace_bytes(std::int64_t rows, std::int64_t max_length, int k, int device);
+std::size_t topk_workspace_bytes();
 // fused: candidate lists for a schedule of `workers` workers over units of
-// `rows_per_unit` rows (candidate_lists.hpp); otherwise staged logits.
-std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_context_len, int k,
-                                       bool fused, int workers, int rows_per_unit, int device);
+// `rows_per_unit` rows (fused/candidate_lists.hpp); otherwise staged logits.
+std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_context_len, bool fused,
+                                       int workers, int rows_per_unit);
 
 // True when device `device` can run the Hopper kernels (sm_90 and built with sm_90a).
 bool hopper_available(int device);

@@ -36,6 +36,10 @@ Status DeviceStream::synchronize() const { return no_cuda("DeviceStream::synchro
 
 namespace detail::cuda {
 
+// No device to enter: the operation itself answers `unsupported`.
+DeviceGuard::~DeviceGuard() = default;
+Status OperationScope::enter(int, const ExecContext&) { return Status::success(); }
+
 Status store_index_keys(const StoreKeysProblem&, const ExecContext&) { return no_cuda("store_index_keys"); }
 Status quantize_queries(const QuantizeQueriesProblem&, const ExecContext&) { return no_cuda("quantize_queries"); }
 Status context_lens(const LengthsProblem&, const ExecContext&) { return no_cuda("context_lens"); }
@@ -45,10 +49,8 @@ Status topk(const TopkProblem&, const ExecContext&) { return no_cuda("topk"); }
 Status index_topk(const IndexTopkProblem&, bool, const ExecContext&) { return no_cuda("index_topk"); }
 
 std::size_t workspace_bytes_basic() { return 0; }
-std::size_t topk_workspace_bytes(std::int64_t, std::int64_t, int, int) { return 0; }
-std::size_t index_topk_workspace_bytes(std::int64_t, std::int64_t, int, bool, int, int, int) {
-  return 0;
-}
+std::size_t topk_workspace_bytes() { return 0; }
+std::size_t index_topk_workspace_bytes(std::int64_t, std::int64_t, bool, int, int) { return 0; }
 
 bool hopper_available(int) { return false; }
 bool hopper_supports_native(int, int, int) { return false; }

@@ -37,7 +37,11 @@ struct TopkOptions {
 // (never drops or duplicates a winner) and bitwise identical run to run.
 Status topk(const TensorView& logits, const TensorView& lengths, int k, const TensorView& indices,
             const TopkOptions& options, const ExecContext& ctx);
-// Workspace for rows of up to max_length positions.
+// Workspace for `rows` rows of up to max_length positions and this k. The
+// size currently depends on none of them: the selection keeps its scratch
+// in shared memory, so CUDA needs the error record alone (0 on the CPU). The
+// arguments stay so that a selection that needs more can size it without a
+// change of signature.
 std::size_t topk_workspace_bytes(std::int64_t rows, std::int64_t max_length, int k,
                                  const ExecContext& ctx);
 

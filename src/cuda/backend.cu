@@ -1,12 +1,13 @@
-// Backend-wide CUDA entry points: device capabilities, the error record and
-// the choice between the Hopper and the generic logits kernels.
+// Backend-wide CUDA entry points: device capabilities, the operations'
+// prologue, the error record and the choice between the Hopper and the
+// generic logits kernels.
 #include <cuda_runtime.h>
 
 #include "backend.hpp"
 #include "cuda/cuda_check.hpp"
-#include "cuda/generic_kernels.hpp"
 #include "cuda/hopper/logits_sm90.hpp"
 #include "cuda/launch_utils.hpp"
+#include "cuda/logits_generic.hpp"
 #include "common/device_error.hpp"
 
 namespace dsa::detail::cuda {
@@ -37,6 +38,13 @@ int multiprocessor_count(int device) {
   return count;
 }
 
+Status OperationScope::enter(int device, const ExecContext& ctx) {
+  DSA_RETURN_IF_ERROR(device_.enter(device));
+  return cuda_status(
+      cudaMemsetAsync(error_record(ctx), 0, sizeof(DeviceErrorRecord), stream_of(ctx)),
+      "cudaMemsetAsync(error record)");
+}
+
 Status read_device_error(const ExecContext& ctx, const char* operation) {
   if (ctx.workspace.data == nullptr || ctx.workspace.bytes < sizeof(DeviceErrorRecord)) {
     return {ErrorCode::workspace_too_small,
@@ -49,16 +57,8 @@ Status read_device_error(const ExecContext& ctx, const char* operation) {
   return decode_device_error(record, operation);
 }
 
-Status launch_paged_mqa_logits(const LogitsProblem& p, bool hopper, const ExecContext& ctx) {
-  return hopper ? hopper::paged_mqa_logits(p, ctx) : launch_generic_logits(p, ctx);
-}
-
 Status paged_mqa_logits(const LogitsProblem& p, bool hopper, const ExecContext& ctx) {
-  DeviceGuard guard;
-  DSA_RETURN_IF_ERROR(guard.enter(p.device.index));
-  DSA_RETURN_IF_ERROR(clear_device_error(ctx));
-  DSA_RETURN_IF_ERROR(launch_paged_mqa_logits(p, hopper, ctx));
-  return Status::success();
+  return hopper ? hopper::paged_mqa_logits(p, ctx) : generic::paged_mqa_logits(p, ctx);
 }
 
 }  // namespace dsa::detail::cuda

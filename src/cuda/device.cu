@@ -1,15 +1,32 @@
 // include/dsa/device.hpp for builds with CUDA: device discovery and the
-// RAII owners of device memory and streams.
+// RAII owners of device memory and streams; the backend's DeviceGuard.
 #include <cuda_runtime.h>
 
 #include <string>
 #include <utility>
 
+#include "backend.hpp"
 #include "cuda/cuda_check.hpp"
-#include "cuda/launch_utils.hpp"
 #include "dsa/device.hpp"
 
 namespace dsa {
+
+namespace detail::cuda {
+
+DeviceGuard::~DeviceGuard() {
+  if (restore_) cudaSetDevice(previous_);
+}
+
+Status DeviceGuard::enter(int device) {
+  DSA_CUDA_CHECK(cudaGetDevice(&previous_));
+  if (previous_ != device) {
+    DSA_CUDA_CHECK(cudaSetDevice(device));
+    restore_ = true;
+  }
+  return Status::success();
+}
+
+}  // namespace detail::cuda
 
 using detail::cuda::DeviceGuard;
 

@@ -1,5 +1,5 @@
 // Small host-side helpers shared by the CUDA entry points: the stream and the
-// workspace regions of an ExecContext, and the error-record protocol.
+// error record of an ExecContext, workspace alignment and launch geometry.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,51 +23,9 @@ inline DeviceErrorRecord* error_record(const ExecContext& ctx) {
   return static_cast<DeviceErrorRecord*>(ctx.workspace.data);
 }
 
-// The scratch memory after the error record, kWorkspaceAlignment-aligned.
-inline unsigned char* workspace_scratch(const ExecContext& ctx) {
-  return static_cast<unsigned char*>(ctx.workspace.data) + kDeviceErrorRecordBytes;
-}
-inline std::size_t workspace_scratch_bytes(const ExecContext& ctx) {
-  return ctx.workspace.bytes > kDeviceErrorRecordBytes ? ctx.workspace.bytes - kDeviceErrorRecordBytes
-                                                       : 0;
-}
-
 // Rounds a byte count up to the workspace alignment.
 inline std::size_t align_workspace(std::size_t bytes) {
   return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
-}
-
-// Makes `device` current for the calling thread for the guard's lifetime, so
-// kernels launch on the device that owns the tensors and the caller's
-// current device is left as it was.
-class DeviceGuard {
- public:
-  DeviceGuard() = default;
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-  ~DeviceGuard() {
-    if (restore_) cudaSetDevice(previous_);
-  }
-  Status enter(int device) {
-    DSA_CUDA_CHECK(cudaGetDevice(&previous_));
-    if (previous_ != device) {
-      DSA_CUDA_CHECK(cudaSetDevice(device));
-      restore_ = true;
-    }
-    return Status::success();
-  }
-
- private:
-  int previous_ = 0;
-  bool restore_ = false;
-};
-
-// Every operation starts by clearing the record (stream-ordered); the public
-// API reads it back afterwards when ctx.check_device_errors is set.
-inline Status clear_device_error(const ExecContext& ctx) {
-  return cuda_status(
-      cudaMemsetAsync(error_record(ctx), 0, sizeof(DeviceErrorRecord), stream_of(ctx)),
-      "cudaMemsetAsync(error record)");
 }
 
 // CTAs of `kernel` (of `threads` threads and `shared_bytes` of dynamic

@@ -132,9 +132,6 @@ __global__ void __launch_bounds__(kPlanThreads) plan_schedule_kernel(SchedulePro
 }  // namespace
 
 Status context_lens(const LengthsProblem& p, const ExecContext& ctx) {
-  DeviceGuard guard;
-  DSA_RETURN_IF_ERROR(guard.enter(p.device.index));
-  DSA_RETURN_IF_ERROR(clear_device_error(ctx));
   const std::int64_t total = p.batch * p.next_n;
   if (total > 0) {
     context_lens_kernel<<<grid_for(total, kLengthThreads), kLengthThreads, 0, stream_of(ctx)>>>(
@@ -145,9 +142,6 @@ Status context_lens(const LengthsProblem& p, const ExecContext& ctx) {
 }
 
 Status plan_schedule(const ScheduleProblem& p, const ExecContext& ctx) {
-  DeviceGuard guard;
-  DSA_RETURN_IF_ERROR(guard.enter(p.device.index));
-  DSA_RETURN_IF_ERROR(clear_device_error(ctx));
   plan_schedule_kernel<<<1, kPlanThreads, 0, stream_of(ctx)>>>(p);
   DSA_CUDA_CHECK_LAUNCH("plan_schedule_kernel");
   return Status::success();

@@ -24,9 +24,9 @@
 #include "backend.hpp"
 #include "common/cache_format.hpp"
 #include "cuda/device_error.cuh"
-#include "cuda/generic_kernels.hpp"
 #include "cuda/launch_utils.hpp"
 #include "common/logit_rules.hpp"
+#include "cuda/logits_generic.hpp"
 #include "cuda/schedule_check.cuh"
 #include "common/number_formats.hpp"
 #include "common/schedule_walk.hpp"
@@ -293,8 +293,12 @@ __global__ void __launch_bounds__(kThreads) generic_logits_kernel(LogitsProblem 
 
 bool aligned16(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer) % 16 == 0; }
 
-}  // namespace
-
+// Enqueues the per-row part of paged_mqa_logits: rows breaking a length rule
+// (negative, beyond max_context_len, beyond the block table) are recorded and
+// filled with NaN over [0, max_context_len); with clean_logits,
+// [L, max_context_len) of the other rows is set to -inf. The scoring kernel
+// then scores only rows obeying the rules (usable_length in
+// common/logit_rules.hpp) and positions below their lengths.
 Status launch_logits_row_rules(const LogitsProblem& p, const ExecContext& ctx) {
   const std::int64_t rows = p.rows();
   if (rows == 0) return Status::success();
@@ -304,7 +308,9 @@ Status launch_logits_row_rules(const LogitsProblem& p, const ExecContext& ctx) {
   return Status::success();
 }
 
-Status launch_generic_logits(const LogitsProblem& p, const ExecContext& ctx) {
+}  // namespace
+
+Status generic::paged_mqa_logits(const LogitsProblem& p, const ExecContext& ctx) {
   const char* op = "paged_mqa_logits";
   if (p.head_dim <= 0 || p.head_dim % 16 != 0) {
     return {ErrorCode::unsupported, std::string(op) + ": the generic CUDA kernel needs head_dim % 16 == 0"};

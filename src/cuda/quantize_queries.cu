@@ -42,9 +42,6 @@ __global__ void __launch_bounds__(kQuantizeThreads) quantize_queries_kernel(Quan
 }  // namespace
 
 Status quantize_queries(const QuantizeQueriesProblem& p, const ExecContext& ctx) {
-  DeviceGuard guard;
-  DSA_RETURN_IF_ERROR(guard.enter(p.device.index));
-  DSA_RETURN_IF_ERROR(clear_device_error(ctx));
   const std::int64_t vectors = p.batch * p.next_n * p.heads;
   if (vectors > 0) {
     quantize_queries_kernel<<<grid_for(vectors, kVectorsPerBlock), kQuantizeThreads, 0,

@@ -44,9 +44,6 @@ __global__ void __launch_bounds__(kStoreThreads) store_keys_kernel(StoreKeysProb
 }  // namespace
 
 Status store_index_keys(const StoreKeysProblem& p, const ExecContext& ctx) {
-  DeviceGuard guard;
-  DSA_RETURN_IF_ERROR(guard.enter(p.device.index));
-  DSA_RETURN_IF_ERROR(clear_device_error(ctx));
   if (p.num_tokens > 0) {
     store_keys_kernel<<<grid_for(p.num_tokens, kTokensPerBlock), kStoreThreads, 0, stream_of(ctx)>>>(
         p, error_record(ctx));

@@ -12,7 +12,6 @@
 #include <algorithm>
 
 #include "backend.hpp"
-#include "cuda/generic_kernels.hpp"
 #include "cuda/launch_utils.hpp"
 #include "cuda/topk/row_select.cuh"
 #include "common/device_error.hpp"
@@ -171,24 +170,14 @@ Status launch_topk_kernels(const TopkProblem& p, TopkArgs args, cudaStream_t str
 
 }  // namespace
 
-std::size_t topk_workspace_bytes(std::int64_t /*rows*/, std::int64_t /*max_length*/, int /*k*/,
-                                 int /*device*/) {
-  return kDeviceErrorRecordBytes;
-}
+std::size_t topk_workspace_bytes() { return kDeviceErrorRecordBytes; }
 
-Status launch_topk(const TopkProblem& p, const ExecContext& ctx) {
+Status topk(const TopkProblem& p, const ExecContext& ctx) {
   if (p.rows == 0) return Status::success();
   const TopkArgs args = topk_impl::topk_args(p, error_record(ctx));
   return p.logits_dtype == DType::bfloat16
              ? launch_topk_kernels<std::uint16_t>(p, args, stream_of(ctx), p.device.index)
              : launch_topk_kernels<std::uint32_t>(p, args, stream_of(ctx), p.device.index);
-}
-
-Status topk(const TopkProblem& p, const ExecContext& ctx) {
-  DeviceGuard guard;
-  DSA_RETURN_IF_ERROR(guard.enter(p.device.index));
-  DSA_RETURN_IF_ERROR(clear_device_error(ctx));
-  return launch_topk(p, ctx);
 }
 
 }  // namespace dsa::detail::cuda

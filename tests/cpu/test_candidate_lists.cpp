@@ -1,4 +1,4 @@
-// List capacities of the fused index_topk (src/cuda/candidate_lists.hpp),
+// List capacities of the fused index_topk (src/cuda/fused/candidate_lists.hpp),
 // checked against a count of the positions each part of a row is offered:
 // pairs of consecutive pages go to the parts in turn.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/candidate_lists.hpp"
+#include "cuda/fused/candidate_lists.hpp"
 #include "dsa/cache.hpp"
 #include "dsa/topk.hpp"
 

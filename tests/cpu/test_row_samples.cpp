@@ -1,5 +1,5 @@
 // The sample map and threshold rank of the fused index_topk's sampling pass
-// (src/cuda/row_samples.hpp), checked against brute force: which positions
+// (src/cuda/fused/row_samples.hpp), checked against brute force: which positions
 // are sampled, how many a unit has at most (what sizes the sampling grid),
 // the prefix below a length, and the margin a threshold keeps.
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <set>
 #include <vector>
 
-#include "cuda/row_samples.hpp"
+#include "cuda/fused/row_samples.hpp"
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/row_samples.hpp"
+#include "cuda/fused/row_samples.hpp"
 #include "gpu/gpu_test_support.hpp"
 
 namespace dsa_test::gpu {

@@ -62,7 +62,6 @@ std::string one_of(const std::string& flag, std::string_view value,
 
 struct Flag {
   const char* name;
-  bool takes_value;
   bool for_run;
   bool for_bench;
   std::function<std::string(std::string_view value, Options& options)> apply;
@@ -71,7 +70,7 @@ struct Flag {
 std::vector<Flag> flag_table() {
   using L = std::int64_t;
   return {
-      {"--backend", true, true, true,
+      {"--backend", true, true,
        [](std::string_view v, Options& o) {
          return one_of<BackendChoice>("--backend", v,
                                       {{"auto", BackendChoice::automatic},
@@ -82,28 +81,28 @@ std::vector<Flag> flag_table() {
                                        {"cuda-hopper", BackendChoice::cuda_hopper}},
                                       &o.backend);
        }},
-      {"--batch", true, true, false,
+      {"--batch", true, false,
        [](std::string_view v, Options& o) {
          L value = 0;
          std::string error = integer_in_range("--batch", v, 1, kMaxBatch, &value);
          if (error.empty()) o.batch = value;
          return error;
        }},
-      {"--context", true, true, false,
+      {"--context", true, false,
        [](std::string_view v, Options& o) {
          L value = 0;
          std::string error = integer_in_range("--context", v, 1, kMaxContext, &value);
          if (error.empty()) o.context = value;
          return error;
        }},
-      {"--next-n", true, true, false,
+      {"--next-n", true, false,
        [](std::string_view v, Options& o) {
          L value = 0;
          std::string error = integer_in_range("--next-n", v, 1, kMaxNextN, &value);
          o.next_n = static_cast<int>(value);
          return error;
        }},
-      {"--spread", true, true, false,
+      {"--spread", true, false,
        [](std::string_view v, Options& o) -> std::string {
          const auto value = parse_real(v);
          if (!value || !(*value >= 0.0 && *value < 1.0)) {
@@ -113,21 +112,21 @@ std::vector<Flag> flag_table() {
          o.spread = *value == 0.0 ? 0.0 : *value;  // -0 would print as "+--0%"
          return {};
        }},
-      {"--k", true, true, true,
+      {"--k", true, true,
        [](std::string_view v, Options& o) {
          L value = 0;
          std::string error = integer_in_range("--k", v, 1, 2048, &value);
          o.k = static_cast<int>(value);
          return error;
        }},
-      {"--heads", true, true, true,
+      {"--heads", true, true,
        [](std::string_view v, Options& o) {
          L value = 0;
          std::string error = integer_in_range("--heads", v, 1, kMaxHeads, &value);
          o.heads = static_cast<int>(value);
          return error;
        }},
-      {"--path", true, true, false,
+      {"--path", true, false,
        [](std::string_view v, Options& o) {
          return one_of<dsa::LogitsPath>("--path", v,
                                         {{"auto", dsa::LogitsPath::automatic},
@@ -135,7 +134,7 @@ std::vector<Flag> flag_table() {
                                          {"per-token", dsa::LogitsPath::per_token}},
                                         &o.path);
        }},
-      {"--seed", true, true, true,
+      {"--seed", true, true,
        [](std::string_view v, Options& o) {
          L value = 0;
          std::string error =
@@ -143,14 +142,14 @@ std::vector<Flag> flag_table() {
          o.seed = static_cast<std::uint64_t>(value);
          return error;
        }},
-      {"--iters", true, true, true,
+      {"--iters", true, true,
        [](std::string_view v, Options& o) {
          L value = 0;
          std::string error = integer_in_range("--iters", v, 1, kMaxIters, &value);
          if (error.empty()) o.iters = static_cast<int>(value);
          return error;
        }},
-      {"--tolerance", true, true, false,
+      {"--tolerance", true, false,
        [](std::string_view v, Options& o) -> std::string {
          const auto value = parse_real(v);
          if (!value || !(*value > 0.0 && *value < 1.0)) {
@@ -160,7 +159,7 @@ std::vector<Flag> flag_table() {
          o.tolerance = *value;
          return {};
        }},
-      {"--grid", true, false, true,
+      {"--grid", false, true,
        [](std::string_view v, Options& o) {
          return one_of<GridSize>("--grid", v,
                                  {{"full", GridSize::full}, {"small", GridSize::small}, {"topk", GridSize::topk}},

@@ -20,7 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cuda/row_samples.hpp"
+#include "cuda/fused/row_samples.hpp"
 #include "dsa/cache.hpp"
 #include "dsa/topk.hpp"
 #include "common/hostdevice.hpp"

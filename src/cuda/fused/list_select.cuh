@@ -15,7 +15,7 @@
 
 #include <cstdint>
 
-#include "cuda/candidate_lists.hpp"
+#include "cuda/fused/candidate_lists.hpp"
 #include "cuda/topk/row_select.cuh"
 #include "common/schedule_walk.hpp"
 

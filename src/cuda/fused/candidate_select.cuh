@@ -16,7 +16,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "cuda/candidate_lists.hpp"
+#include "cuda/fused/candidate_lists.hpp"
 #include "cuda/topk/ordered_key.cuh"
 #include "cuda/warp_scan.cuh"
 #include "dsa/cache.hpp"

@@ -15,9 +15,9 @@
 
 #include <cstdint>
 
-#include "cuda/hopper/logits_sm90.hpp"
+#include "cuda/fused/hopper_passes.hpp"
+#include "cuda/fused/row_samples.hpp"
 #include "cuda/hopper/logits_sm90_kernel.cuh"
-#include "cuda/row_samples.hpp"
 
 namespace dsa::detail::cuda::hopper {
 

@@ -1,0 +1,90 @@
+// The launch machinery of the sm_90a scoring kernels that the logits
+// (logits_sm90.cu) and the fused index_topk's passes (fused/hopper_passes.cu)
+// share: the checks the kernels rely on, tensor maps, kernel parameters and
+// the launch of a logits kernel instance, kSelect making it the selection
+// kernel (whose selector warps fused/select_pages.cuh defines).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <string>
+#include <type_traits>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/hopper/logits_sm90_kernel.cuh"
+#include "cuda/launch_utils.hpp"
+#include "dsa/context.hpp"
+#include "dsa/status.hpp"
+#include "common/problem.hpp"
+
+namespace dsa::detail::cuda::hopper {
+
+// The checks every Hopper kernel relies on.
+Status check_hopper_problem(const LogitsProblem& p);
+
+// The tensor map of p's queries (a box per unit of p.rows_per_unit() draft
+// rows) and, when key_map is given, the key cache's.
+Status encode_maps(const LogitsProblem& p, CUtensorMap* query_map, CUtensorMap* key_map);
+
+// The kernels' view of p, recording into ctx's error record.
+LogitsKernelParams kernel_params(const LogitsProblem& p, const ExecContext& ctx);
+
+// Launches the kernel instance for units of kRows draft rows of kHeads heads
+// (kSelect: the selection kernel) on ctx.stream, one CTA per worker.
+template <int kRows, int kHeads, bool kSelect>
+Status launch(const LogitsKernelParams& params, const ExecContext& ctx, const CUtensorMap& key_map,
+              const CUtensorMap& query_map) {
+  using Layout = SharedLayout<kRows, kHeads, kSelect>;
+  constexpr int kSharedBytes = Layout::launch_bytes;
+  auto* kernel = &paged_logits_sm90_kernel<kRows, kHeads, kScoringPassColumns, kSelect>;
+  DSA_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
+  kernel<<<static_cast<unsigned>(params.num_workers), Layout::kThreads, kSharedBytes,
+           stream_of(ctx)>>>(
+      params, key_map, query_map);
+  DSA_CUDA_CHECK_LAUNCH("paged_logits_sm90_kernel");
+  return Status::success();
+}
+
+// Calls launch(std::integral_constant<int, rows>{}) for the kernels' row counts.
+template <typename Launch>
+Status for_rows(int rows, Launch&& launch) {
+  switch (rows) {
+    case 1: return launch(std::integral_constant<int, 1>{});
+    case 2: return launch(std::integral_constant<int, 2>{});
+    case 3: return launch(std::integral_constant<int, 3>{});
+    case 4: return launch(std::integral_constant<int, 4>{});
+    case 5: return launch(std::integral_constant<int, 5>{});
+    case 6: return launch(std::integral_constant<int, 6>{});
+    case 7: return launch(std::integral_constant<int, 7>{});
+    case 8: return launch(std::integral_constant<int, 8>{});
+    default: break;
+  }
+  return {ErrorCode::internal, "paged_mqa_logits: no Hopper kernel for " + std::to_string(rows) +
+                                   " rows per unit"};
+}
+
+template <int kHeads, bool kSelect>
+Status launch_for_rows(int rows, const LogitsKernelParams& params, const ExecContext& ctx,
+                       const CUtensorMap& key_map, const CUtensorMap& query_map) {
+  return for_rows(rows, [&](auto rows_constant) {
+    return launch<decltype(rows_constant)::value, kHeads, kSelect>(params, ctx, key_map, query_map);
+  });
+}
+
+// Checks, tensor maps and the launch of either kernel family with `params`
+// (kernel_params' and, for the selection kernel, its own fields).
+template <bool kSelect>
+Status launch_scoring(const LogitsProblem& p, const LogitsKernelParams& params,
+                      const ExecContext& ctx) {
+  DSA_RETURN_IF_ERROR(check_hopper_problem(p));
+  const int rows = p.rows_per_unit();
+  CUtensorMap key_map{};
+  CUtensorMap query_map{};
+  DSA_RETURN_IF_ERROR(encode_maps(p, &query_map, &key_map));
+  if (p.heads == 32) return launch_for_rows<32, kSelect>(rows, params, ctx, key_map, query_map);
+  return launch_for_rows<64, kSelect>(rows, params, ctx, key_map, query_map);
+}
+
+}  // namespace dsa::detail::cuda::hopper
