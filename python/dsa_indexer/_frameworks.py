@@ -115,7 +115,6 @@ def current_stream(array):
 def empty(like, shape, dtype):
     """An uninitialized array of `dtype` (a library dtype name) in `like`'s framework and device."""
     framework = framework_of(like)
-    shape = tuple(int(extent) for extent in shape)
     if framework == TORCH:
         torch = _torch()
         torch_dtypes = {
@@ -126,7 +125,10 @@ def empty(like, shape, dtype):
             "bfloat16": torch.bfloat16,
             "float8_e4m3": torch.float8_e4m3fn,
         }
-        return torch.empty(shape, dtype=torch_dtypes[dtype], device=like.device)
+        # Extents stay as given: symbolic when a fake implementation allocates under
+        # torch.compile (int() would specialize them).
+        return torch.empty(tuple(shape), dtype=torch_dtypes[dtype], device=like.device)
+    shape = tuple(int(extent) for extent in shape)
     if dtype not in _NUMPY_DTYPES:
         raise TypeError(f"{framework} has no {dtype} arrays; pass a preallocated output")
     if framework == CUPY:

@@ -23,133 +23,32 @@ Execution keywords accepted by every operation:
 
 fp8 arguments (queries) take float8_e4m3fn tensors or uint8 arrays holding the
 e4m3fn bytes (NumPy and CuPy have no fp8 type). Under torch.compile the
-functions dispatch to the torch.ops.dsa_indexer custom operators.
+functions that run an operation dispatch to the torch.ops.dsa_indexer custom
+operators, which take every argument and keyword above (`out=` through their
+`out` overloads). The host queries (default_num_workers, resolve_logits_path,
+workspace_bytes, read_device_error) are no operators: torch.compile breaks its
+graph at them (an error with fullgraph=True), so call them outside the compiled
+code.
 """
 
-import operator
-
-from . import _core
-from . import _frameworks as fw
-
-_BACKENDS = {
-    "auto": _core.Backend.automatic,
-    "automatic": _core.Backend.automatic,
-    "cpu_reference": _core.Backend.cpu_reference,
-    "cpu": _core.Backend.cpu,
-    "cuda_generic": _core.Backend.cuda_generic,
-    "cuda_hopper": _core.Backend.cuda_hopper,
-}
-_PATHS = {
-    "auto": _core.LogitsPath.automatic,
-    "automatic": _core.LogitsPath.automatic,
-    "native": _core.LogitsPath.native,
-    "per_token": _core.LogitsPath.per_token,
-}
-_STRATEGIES = {
-    "auto": _core.IndexTopkStrategy.automatic,
-    "automatic": _core.IndexTopkStrategy.automatic,
-    "fused": _core.IndexTopkStrategy.fused,
-    "logits_then_topk": _core.IndexTopkStrategy.logits_then_topk,
-}
-_LENGTH_BUILDERS = {
-    "causal": _core.causal_context_lens,
-    "expanded": _core.expanded_context_lens,
-    "legacy": _core.legacy_context_lens,
-}
-
-MAX_TOPK = _core.MAX_TOPK
-MAX_CPU_THREADS = _core.MAX_CPU_THREADS
-PAGE_TOKENS = _core.PAGE_TOKENS
-CHUNK_TOKENS = _core.CHUNK_TOKENS
+from . import _eager, torch_ops
+from ._eager import (  # noqa: F401  (re-exported)
+    CHUNK_TOKENS,
+    MAX_CPU_THREADS,
+    MAX_TOPK,
+    PAGE_TOKENS,
+    default_num_workers,
+    make_context,
+    read_device_error,
+    resolve_logits_path,
+    workspace_bytes,
+)
 
 
-def _integer(value, op, name, bits):
-    """`value` as an int for the library's `bits`-bit integer argument `name` of `op`: a
-    value that is not an integer (2.5 would be truncated) raises TypeError, one beyond the
-    argument's range ValueError, here, before any output is sized from it."""
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{op}: {name}: expected an integer, got {value!r}") from None
-    if not -(2**(bits - 1)) <= number < 2**(bits - 1):
-        raise ValueError(f"{op}: {name}: {number} is beyond the int{bits} range of the argument")
-    return number
-
-
-def _int32(value, op, name):
-    return _integer(value, op, name, 32)
-
-
-def _int64(value, op, name):
-    return _integer(value, op, name, 64)
-
-
-def _index_columns(k):
-    """Columns of an index output allocated for `k`: the library accepts k up to MAX_TOPK and
-    reports any other k itself."""
-    return min(max(k, 0), MAX_TOPK)
-
-
-def _choice(table, value, what):
-    try:
-        return table[value]
-    except KeyError:
-        raise ValueError(f"{what}: unknown value {value!r}; accepted: {sorted(table)}") from None
-
-
-def make_context(like, backend="auto", stream=None, num_threads=0, reference_float64=False,
-                 check_device_errors=False):
-    """The _core.ExecContext for arrays like `like` (see the execution keywords above)."""
-    ctx = _core.ExecContext()
-    ctx.backend = _choice(_BACKENDS, backend, "backend")
-    ctx.stream = fw.current_stream(like) if stream is None else int(stream)
-    ctx.num_threads = _int32(num_threads, "ctx", "num_threads")
-    ctx.reference_float64 = bool(reference_float64)
-    ctx.check_device_errors = bool(check_device_errors)
-    return ctx
-
-
-def _check_arrays(op, inputs=(), outputs=()):
-    """Raises TypeError naming the argument of `op` that is not an array (NumPy, PyTorch or
-    CuPy) and ValueError naming an output that is read-only; (name, value) pairs, where
-    None is an absent optional argument."""
-    for pairs, output in ((inputs, False), (outputs, True)):
-        for name, value in pairs:
-            if value is None:
-                continue
-            try:
-                fw.framework_of(value)
-            except TypeError as error:
-                raise TypeError(f"{op}: {name}: {error}") from None
-            if output and not fw.is_writable(value):
-                raise ValueError(f"{op}: {name}: the array is read-only; the library writes it")
-
-
-def _scoring_inputs(q, key_cache, weights, context_lens, block_table, schedule):
-    return [("q", q), ("key_cache", key_cache), ("weights", weights),
-            ("context_lens", context_lens), ("block_table", block_table), ("schedule", schedule)]
-
-
-def _basic_workspace(like, ctx, workspace):
-    """The caller's workspace, or one for operations that only keep the device error record."""
-    if workspace is not None:
-        return workspace
-    return fw.workspace(like, _core.paged_mqa_logits_workspace_bytes(ctx))
-
-
-def _dims(array):
-    return tuple(int(extent) for extent in array.shape)
-
-
-def _extent(array, dim, fallback=0):
-    """array.shape[dim], or `fallback` when the rank is too small (the library then reports
-    the bad rank with its own message)."""
-    shape = _dims(array)
-    return shape[dim] if -len(shape) <= dim < len(shape) else fallback
-
-
-def _device(like):
-    return fw.device_of(like)
+def _implementation(name):
+    """The eager function `name`, or while torch.compile traces, the custom operator that runs
+    it: the graph then holds the operator instead of a call into the extension."""
+    return getattr(torch_ops if torch_ops.is_compiling() else _eager, name)
 
 
 # ---------------------------------------------------------------------------
@@ -160,17 +59,9 @@ def store_index_keys(keys, slot_mapping, cache, *, power_of_two_scales=False, wo
                      **execution):
     """Quantizes keys [N, D] (bfloat16/float32) to fp8 and writes them into `cache` at the
     slots `slot_mapping` [N] (int32/int64; negative: skipped). Returns `cache`."""
-    if _torch_ops.is_compiling():
-        _torch_ops.store_index_keys(keys, slot_mapping, cache, power_of_two_scales,
-                                   execution.get("backend", "auto"))
-        return cache
-    _check_arrays("store_index_keys", [("keys", keys), ("slot_mapping", slot_mapping)],
-                  [("cache", cache), ("workspace", workspace)])
-    ctx = make_context(cache, **execution)
-    ws = workspace if workspace is not None else fw.workspace(
-        cache, _core.store_index_keys_workspace_bytes(ctx))
-    _core.store_index_keys(fw.export(keys), fw.export(slot_mapping), fw.export(cache),
-                           bool(power_of_two_scales), ctx, fw.export(ws))
+    _implementation("store_index_keys")(keys, slot_mapping, cache,
+                                        power_of_two_scales=power_of_two_scales,
+                                        workspace=workspace, **execution)
     return cache
 
 
@@ -180,26 +71,10 @@ def quantize_queries(q, head_gate, *, power_of_two_scales=False, weight_scale=0.
 
     Returns (q_fp8 [B, next_n, H, D], weights float32 [B * next_n, H]); `out` may give
     both as a pair. weight_scale 0 means H^-0.5 * D^-0.5."""
-    if out is None and _torch_ops.is_compiling():
-        return _torch_ops.quantize_queries(q, head_gate, power_of_two_scales, weight_scale,
-                                          execution.get("backend", "auto"))
-    _check_arrays("quantize_queries", [("q", q), ("head_gate", head_gate)],
-                  [("workspace", workspace)])
-    if out is not None and (not isinstance(out, (tuple, list)) or len(out) != 2):
-        raise TypeError("quantize_queries: out: expected a pair (q_fp8, weights)")
-    if out is None:
-        dims = _dims(q)
-        rows = dims[0] * dims[1] if len(dims) == 4 else 0
-        out = (fw.empty(q, dims, "float8_e4m3"), fw.empty(q, (rows, _extent(q, 2)), "float32"))
-    q_fp8, weights = out
-    _check_arrays("quantize_queries", outputs=[("out[0]", q_fp8), ("out[1]", weights)])
-    ctx = make_context(q, **execution)
-    ws = workspace if workspace is not None else fw.workspace(
-        q, _core.quantize_queries_workspace_bytes(ctx))
-    _core.quantize_queries(fw.export(q), fw.export(head_gate), fw.export(q_fp8),
-                           fw.export(weights), bool(power_of_two_scales), float(weight_scale),
-                           ctx, fw.export(ws))
-    return q_fp8, weights
+    return _implementation("quantize_queries")(q, head_gate,
+                                               power_of_two_scales=power_of_two_scales,
+                                               weight_scale=weight_scale, out=out,
+                                               workspace=workspace, **execution)
 
 
 # ---------------------------------------------------------------------------
@@ -212,19 +87,8 @@ def context_lens(lens, next_n, convention="causal", *, out=None, workspace=None,
     convention "causal":   L[b, j] = lens[b] + j + 1        (lens = committed prefix)
                "expanded": L[b, j] = lens[b] + next_n       (lens = committed prefix)
                "legacy":   L[b, j] = max(0, lens[b] - next_n + j + 1)  (1-D lengths)"""
-    builder = _choice(_LENGTH_BUILDERS, convention, "convention")
-    next_n = _int32(next_n, f"{convention}_context_lens", "next_n")
-    if out is None and _torch_ops.is_compiling():
-        return _torch_ops.context_lens(lens, next_n, convention,
-                                      execution.get("backend", "auto"))
-    _check_arrays(f"{convention}_context_lens", [("lens", lens)],
-                  [("out", out), ("workspace", workspace)])
-    if out is None:
-        out = fw.empty(lens, (_extent(lens, 0), max(next_n, 0)), "int32")
-    ctx = make_context(lens, **execution)
-    ws = _basic_workspace(lens, ctx, workspace)
-    builder(fw.export(lens), next_n, fw.export(out), ctx, fw.export(ws))
-    return out
+    return _implementation("context_lens")(lens, next_n, convention=convention, out=out,
+                                           workspace=workspace, **execution)
 
 
 def causal_context_lens(prefix_lens, next_n, **kwargs):
@@ -242,56 +106,14 @@ def legacy_context_lens(lens, next_n, **kwargs):
     return context_lens(lens, next_n, "legacy", **kwargs)
 
 
-def default_num_workers(like, **execution):
-    """Workers plan_schedule plans for by default: the multiprocessor count of the arrays'
-    CUDA device, the CPU backend's thread count on the host."""
-    device_type, index = _device(like)
-    return _core.default_num_workers(device_type, index, make_context(like, **execution))
-
-
-def resolve_logits_path(path, next_n, num_heads, like, **execution):
-    """The path ("native" or "per_token") `path` resolves to for this shape and device."""
-    device_type, index = _device(like)
-    resolved = _core.resolve_logits_path(_choice(_PATHS, path, "path"),
-                                         _int32(next_n, "resolve_logits_path", "next_n"),
-                                         _int32(num_heads, "resolve_logits_path", "num_heads"),
-                                         device_type, index,
-                                         make_context(like, **execution))
-    return resolved.name
-
-
 def plan_schedule(context_lens, num_workers=None, path="auto", *, out=None, workspace=None,
                   **execution):
     """Plans the scoring schedule int32 [num_workers + 1, 2] for context_lens [B, next_n].
 
     num_workers defaults to default_num_workers(); path must match the scoring call
     ("auto" resolves as for H = 64). Runs on the device of context_lens (no host sync)."""
-    if out is None and _torch_ops.is_compiling():
-        workers = 0 if num_workers is None else _int32(num_workers, "plan_schedule", "num_workers")
-        return _torch_ops.plan_schedule(context_lens, workers, path,
-                                       execution.get("backend", "auto"))
-    _choice(_PATHS, path, "path")
-    _check_arrays("plan_schedule", [("context_lens", context_lens)],
-                  [("out", out), ("workspace", workspace)])
-    ctx = make_context(context_lens, **execution)
-    if num_workers is None:
-        device_type, index = _device(context_lens)
-        num_workers = _core.default_num_workers(device_type, index, ctx)
-    num_workers = _int32(num_workers, "plan_schedule", "num_workers")
-    if out is None:
-        out = fw.empty(context_lens, (max(num_workers, 0) + 1, 2), "int32")
-    ws = _basic_workspace(context_lens, ctx, workspace)
-    _core.plan_schedule(fw.export(context_lens), num_workers, _PATHS[path], fw.export(out),
-                        ctx, fw.export(ws))
-    return out
-
-
-def _scoring_schedule(q, context_lens, schedule, path, execution):
-    """The caller's schedule, or one planned now on the device for the path the call uses."""
-    if schedule is not None:
-        return schedule
-    resolved = resolve_logits_path(path, _extent(q, 1, 1), _extent(q, 2, 1), q, **execution)
-    return plan_schedule(context_lens, path=resolved, **execution)
+    return _implementation("plan_schedule")(context_lens, num_workers=num_workers, path=path,
+                                            out=out, workspace=workspace, **execution)
 
 
 # ---------------------------------------------------------------------------
@@ -307,28 +129,12 @@ def paged_mqa_logits(q, key_cache, weights, context_lens, block_table, max_conte
     [pages, 64, 1, D + 4]); weights float32 [B * next_n, H]; context_lens int32
     [B, next_n]; block_table int32 [B, max_blocks] (a strided view is fine);
     schedule from plan_schedule (planned now when None). `out` may have any row
-    stride >= max_context_len."""
-    max_context_len = _int64(max_context_len, "paged_mqa_logits", "max_context_len")
-    if out is None and _torch_ops.is_compiling():
-        return _torch_ops.paged_mqa_logits(q, key_cache, weights, context_lens, block_table,
-                                          schedule, max_context_len, bool(clean_logits),
-                                          path, execution.get("backend", "auto"))
-    path_value = _choice(_PATHS, path, "path")
-    _check_arrays("paged_mqa_logits", _scoring_inputs(q, key_cache, weights, context_lens,
-                                                      block_table, schedule),
-                  [("out", out), ("workspace", workspace)])
-    schedule = _scoring_schedule(q, context_lens, schedule, path, execution)
-    if out is None:
-        rows = _extent(q, 0) * _extent(q, 1)
-        out = fw.empty(q, (rows, max(max_context_len, 0)), out_dtype)
-    ctx = make_context(q, **execution)
-    ws = workspace if workspace is not None else fw.workspace(
-        q, _core.paged_mqa_logits_workspace_bytes(ctx))
-    _core.paged_mqa_logits(fw.export(q), fw.export(key_cache), fw.export(weights),
-                           fw.export(context_lens), fw.export(block_table), fw.export(schedule),
-                           max_context_len, fw.export(out), bool(clean_logits), path_value,
-                           ctx, fw.export(ws))
-    return out
+    stride >= max_context_len; out_dtype "bfloat16" asks for bf16 logits when `out`
+    is None."""
+    return _implementation("paged_mqa_logits")(
+        q, key_cache, weights, context_lens, block_table, max_context_len, schedule=schedule,
+        clean_logits=clean_logits, path=path, out=out, out_dtype=out_dtype,
+        workspace=workspace, **execution)
 
 
 def topk(logits, lengths, k, *, sorted=False, block_table=None, rows_per_request=1, out=None,
@@ -337,32 +143,9 @@ def topk(logits, lengths, k, *, sorted=False, block_table=None, rows_per_request
 
     Rows with lengths[r] <= k give 0 .. lengths[r] - 1 then -1. With block_table
     ([B, max_blocks]) positions become cache slots of request r // rows_per_request."""
-    k = _int32(k, "topk", "k")
-    rows_per_request = _int32(rows_per_request, "topk", "rows_per_request")
-    if out is None and _torch_ops.is_compiling():
-        return _torch_ops.topk(logits, lengths, k, bool(sorted), block_table,
-                              rows_per_request, execution.get("backend", "auto"))
-    _check_arrays("topk", [("logits", logits), ("lengths", lengths), ("block_table", block_table)],
-                  [("out", out), ("workspace", workspace)])
-    if out is None:
-        out = fw.empty(logits, (_extent(logits, 0), _index_columns(k)), "int32")
-    ctx = make_context(logits, **execution)
-    if workspace is None:
-        nbytes = _core.topk_workspace_bytes(_extent(logits, 0), _extent(logits, 1), k, ctx)
-        workspace = fw.workspace(logits, nbytes)
-    _core.topk(fw.export(logits), fw.export(lengths), k, fw.export(out), bool(sorted),
-               fw.export(block_table), rows_per_request, ctx, fw.export(workspace))
-    return out
-
-
-def _index_topk_options(k, sorted, physical_slots, path, strategy):
-    options = _core.IndexTopkOptions()
-    options.k = _int32(k, "index_topk", "k")
-    options.sorted = bool(sorted)
-    options.physical_slots = bool(physical_slots)
-    options.path = _choice(_PATHS, path, "path")
-    options.strategy = _choice(_STRATEGIES, strategy, "strategy")
-    return options
+    return _implementation("topk")(logits, lengths, k, sorted=sorted, block_table=block_table,
+                                   rows_per_request=rows_per_request, out=out,
+                                   workspace=workspace, **execution)
 
 
 def index_topk(q, key_cache, weights, context_lens, block_table, max_context_len, k=MAX_TOPK,
@@ -372,58 +155,7 @@ def index_topk(q, key_cache, weights, context_lens, block_table, max_context_len
 
     topk_lens int32 [B * next_n] (None: the context lengths, the causal convention;
     with expanded lengths pass the causal ones). Returns int32 [B * next_n, k]."""
-    max_context_len = _int64(max_context_len, "index_topk", "max_context_len")
-    if out is None and _torch_ops.is_compiling():
-        return _torch_ops.index_topk(q, key_cache, weights, context_lens, block_table, schedule,
-                                    max_context_len, topk_lens, _int32(k, "index_topk", "k"),
-                                    bool(sorted),
-                                    bool(physical_slots), path, strategy,
-                                    execution.get("backend", "auto"))
-    options = _index_topk_options(k, sorted, physical_slots, path, strategy)
-    _check_arrays("index_topk", _scoring_inputs(q, key_cache, weights, context_lens, block_table,
-                                                schedule) + [("topk_lens", topk_lens)],
-                  [("out", out), ("workspace", workspace)])
-    schedule = _scoring_schedule(q, context_lens, schedule, path, execution)
-    rows = _extent(q, 0) * _extent(q, 1)
-    if out is None:
-        out = fw.empty(q, (rows, _index_columns(options.k)), "int32")
-    ctx = make_context(q, **execution)
-    if workspace is None:
-        nbytes = _core.index_topk_workspace_bytes(rows, max_context_len, options, ctx)
-        workspace = fw.workspace(q, nbytes)
-    _core.index_topk(fw.export(q), fw.export(key_cache), fw.export(weights),
-                     fw.export(context_lens), fw.export(block_table), fw.export(schedule),
-                     max_context_len, fw.export(topk_lens), fw.export(out), options, ctx,
-                     fw.export(workspace))
-    return out
-
-
-def read_device_error(workspace, *, like=None, **execution):
-    """Synchronizes the stream and raises the first data-dependent error that the last CUDA
-    operation given this `workspace` recorded (its own arrays' device and stream)."""
-    _check_arrays("read_device_error", [("workspace", workspace), ("like", like)])
-    ctx = make_context(workspace if like is None else like, **execution)
-    _core.read_device_error(ctx, fw.export(workspace))
-
-
-def workspace_bytes(operation, like, *, rows=0, max_length=0, k=MAX_TOPK, sorted=False,
-                    physical_slots=False, path="auto", strategy="auto", **execution):
-    """Bytes of workspace `operation` needs (add workspace_alignment() when allocating a
-    buffer whose start may not be aligned)."""
-    ctx = make_context(like, **execution)
-    rows = _int64(rows, "workspace_bytes", "rows")
-    max_length = _int64(max_length, "workspace_bytes", "max_length")
-    if operation == "topk":
-        return _core.topk_workspace_bytes(rows, max_length, _int32(k, "workspace_bytes", "k"), ctx)
-    if operation == "index_topk":
-        options = _index_topk_options(k, sorted, physical_slots, path, strategy)
-        return _core.index_topk_workspace_bytes(rows, max_length, options, ctx)
-    if operation == "store_index_keys":
-        return _core.store_index_keys_workspace_bytes(ctx)
-    if operation == "quantize_queries":
-        return _core.quantize_queries_workspace_bytes(ctx)
-    return _core.paged_mqa_logits_workspace_bytes(ctx)
-
-
-# Imported last: the custom operators wrap the functions above.
-from . import torch_ops as _torch_ops  # noqa: E402
+    return _implementation("index_topk")(
+        q, key_cache, weights, context_lens, block_table, max_context_len, k=k,
+        schedule=schedule, topk_lens=topk_lens, sorted=sorted, physical_slots=physical_slots,
+        path=path, strategy=strategy, out=out, workspace=workspace, **execution)

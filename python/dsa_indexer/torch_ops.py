@@ -1,28 +1,105 @@
 """PyTorch custom operators: torch.ops.dsa_indexer.*.
 
-Registered when PyTorch is installed, with fake (meta) implementations so that
-torch.compile traces them into its graphs; the dsa_indexer functions dispatch
-here while torch.compile traces. The operators allocate only through PyTorch
-and never synchronize the host, so they can be captured in CUDA graphs; they
-run on the current stream of the inputs' device.
+Registered when PyTorch is installed, with fake implementations so that torch.compile
+traces them into its graphs; the dsa_indexer functions call them, through the functions of
+the same names here, while torch.compile traces. Operator NAME runs dsa_indexer._eager.NAME
+and its schema is derived from that function's signature: the arguments without a default
+are positional, the others (the execution keywords included) keyword-only with the same
+defaults. So every keyword a dsa_indexer function takes reaches the library under
+torch.compile as it does eagerly, and a keyword added to a function without a schema type
+here fails at import, not silently. The default overload returns new tensors. A call
+with out= goes to the `out` overload, which writes the caller's arrays and returns nothing
+(an operator's returned tensors may not alias its inputs); there the argument is named
+`output`, because torch.compile refuses a non-contiguous operator argument named `out`,
+as a row-strided logits output is. `cache`, `output` and `workspace` are declared as
+written.
+
+The operators allocate only through PyTorch and synchronize the host only when
+check_device_errors asks for it, so they can be captured in CUDA graphs; they run on the
+current stream of the inputs' device unless given `stream`.
 """
 
-from typing import Optional, Tuple
+import inspect
+import json
 
-from . import ops
+from . import _eager
 
 try:
     import torch
 except ImportError:  # NumPy-only installations
     torch = None
 
+# Schema types of the eager functions' arguments by name ("?" is added where the default is
+# None); the arguments the library writes carry an alias annotation.
+_TYPES = {
+    **dict.fromkeys(("keys", "slot_mapping", "q", "head_gate", "lens", "context_lens",
+                     "key_cache", "weights", "block_table", "schedule", "topk_lens", "logits",
+                     "lengths"), "Tensor"),
+    "cache": "Tensor(c!)",
+    "workspace": "Tensor(w!)",
+    **dict.fromkeys(("next_n", "num_workers", "max_context_len", "k", "rows_per_request",
+                     "stream", "num_threads"), "int"),
+    "weight_scale": "float",
+    **dict.fromkeys(("power_of_two_scales", "clean_logits", "sorted", "physical_slots",
+                     "reference_float64", "check_device_errors"), "bool"),
+    **dict.fromkeys(("convention", "path", "out_dtype", "strategy", "backend"), "str"),
+}
 
-def _not_registered(*args, **kwargs):
-    raise RuntimeError("the dsa_indexer custom operators need PyTorch")
+
+def _schema(function, output=None):
+    """The argument list of the operator that runs `function`; `output` is the schema type
+    of the out overload's `output` (None: the default overload, without it)."""
+    execution = list(inspect.signature(_eager.make_context).parameters.values())[1:]
+    parameters = [p for p in inspect.signature(function).parameters.values()
+                  if p.kind is not p.VAR_KEYWORD and p.name != "out"]
+    positional = [f"{_TYPES[p.name]} {p.name}" for p in parameters if p.default is p.empty]
+    keywords = [f"{output} output"] if output else []
+    for p in parameters + execution:
+        if p.default is not p.empty:
+            optional = "?" if p.default is None else ""
+            default = json.dumps(p.default) if isinstance(p.default, str) else repr(p.default)
+            keywords.append(f"{_TYPES[p.name]}{optional} {p.name}={default}")
+    return f"({', '.join(positional + ['*'] + keywords)})"
 
 
-store_index_keys = quantize_queries = context_lens = plan_schedule = _not_registered
-paged_mqa_logits = topk = index_topk = _not_registered
+def _define(name, returns, fake, output=None):
+    """Defines operator `name` (returning `returns`) and, with `output` (the schema type of
+    the `out` it writes), its out overload. `fake` takes the eager function's arguments, defaults
+    applied, and returns new outputs shaped as the eager function allocates them. Returns
+    the function that calls the operator as dsa_indexer.ops calls _eager.`name`."""
+    function = getattr(_eager, name)
+    signature = inspect.signature(function)
+    qualname = f"dsa_indexer::{name}"
+
+    def run_for_effect(*args, **kwargs):
+        function(*args, **kwargs)
+
+    def run_into_output(*args, output, **kwargs):
+        function(*args, out=output, **kwargs)
+
+    def bound_fake(*args, **kwargs):
+        # The dispatcher passes keyword-only arguments only where they differ from the default.
+        arguments = signature.bind(*args, **kwargs)
+        arguments.apply_defaults()
+        return fake(**arguments.arguments)
+
+    torch.library.define(qualname, f"{_schema(function)} -> {returns}")
+    torch.library.register_kernel(qualname, None, run_for_effect if returns == "()" else function)
+    torch.library.register_fake(qualname, bound_fake)
+    if output:
+        torch.library.define(f"{qualname}.out", f"{_schema(function, output)} -> ()")
+        torch.library.register_kernel(f"{qualname}.out", None, run_into_output)
+        torch.library.register_fake(f"{qualname}.out", lambda *args, **kwargs: None)
+    operator = getattr(torch.ops.dsa_indexer, name)
+
+    def call(*args, out=None, **kwargs):
+        if out is None:
+            return operator.default(*args, **kwargs)
+        operator.out(*args, output=out, **kwargs)
+        return out
+
+    return call
+
 
 if torch is None:
 
@@ -32,102 +109,31 @@ if torch is None:
 else:
     is_compiling = torch.compiler.is_compiling
 
-    def _fake_num_workers(context_lens, num_workers, backend):
-        return num_workers if num_workers > 0 else ops.default_num_workers(context_lens,
-                                                                           backend=backend)
+    def _quantized_fake(q, **_):
+        return _eager.new_quantized(q)
 
-    @torch.library.custom_op("dsa_indexer::store_index_keys", mutates_args=("cache",))
-    def store_index_keys(keys: torch.Tensor, slot_mapping: torch.Tensor, cache: torch.Tensor,
-                         power_of_two_scales: bool = False, backend: str = "auto") -> None:
-        ops.store_index_keys(keys, slot_mapping, cache, power_of_two_scales=power_of_two_scales,
-                             backend=backend)
+    def _context_lens_fake(lens, next_n, **_):
+        return _eager.new_context_lens(lens, next_n)
 
-    @store_index_keys.register_fake
-    def _(keys, slot_mapping, cache, power_of_two_scales=False, backend="auto"):
-        return None
+    def _schedule_fake(context_lens, num_workers, execution, **_):
+        ctx = _eager.make_context(context_lens, **execution)
+        return _eager.new_schedule(context_lens,
+                                   _eager.schedule_workers(context_lens, num_workers, ctx))
 
-    @torch.library.custom_op("dsa_indexer::quantize_queries", mutates_args=())
-    def quantize_queries(q: torch.Tensor, head_gate: torch.Tensor,
-                         power_of_two_scales: bool = False, weight_scale: float = 0.0,
-                         backend: str = "auto") -> Tuple[torch.Tensor, torch.Tensor]:
-        out = (torch.empty(q.shape, dtype=torch.float8_e4m3fn, device=q.device),
-               torch.empty((q.shape[0] * q.shape[1], q.shape[2]), dtype=torch.float32,
-                           device=q.device))
-        return ops.quantize_queries(q, head_gate, power_of_two_scales=power_of_two_scales,
-                                    weight_scale=weight_scale, out=out, backend=backend)
+    def _logits_fake(q, max_context_len, out_dtype, **_):
+        return _eager.new_logits(q, max_context_len, out_dtype)
 
-    @quantize_queries.register_fake
-    def _(q, head_gate, power_of_two_scales=False, weight_scale=0.0, backend="auto"):
-        return (q.new_empty(q.shape, dtype=torch.float8_e4m3fn),
-                q.new_empty((q.shape[0] * q.shape[1], q.shape[2]), dtype=torch.float32))
+    def _topk_fake(logits, k, **_):
+        return _eager.new_topk_indices(logits, k)
 
-    @torch.library.custom_op("dsa_indexer::context_lens", mutates_args=())
-    def context_lens(lens: torch.Tensor, next_n: int, convention: str = "causal",
-                     backend: str = "auto") -> torch.Tensor:
-        out = torch.empty((lens.shape[0], next_n), dtype=torch.int32, device=lens.device)
-        return ops.context_lens(lens, next_n, convention, out=out, backend=backend)
+    def _index_topk_fake(q, k, **_):
+        return _eager.new_index_topk_indices(q, k)
 
-    @context_lens.register_fake
-    def _(lens, next_n, convention="causal", backend="auto"):
-        return lens.new_empty((lens.shape[0], next_n), dtype=torch.int32)
-
-    @torch.library.custom_op("dsa_indexer::plan_schedule", mutates_args=())
-    def plan_schedule(context_lens: torch.Tensor, num_workers: int = 0, path: str = "auto",
-                      backend: str = "auto") -> torch.Tensor:
-        workers = _fake_num_workers(context_lens, num_workers, backend)
-        out = torch.empty((workers + 1, 2), dtype=torch.int32, device=context_lens.device)
-        return ops.plan_schedule(context_lens, workers, path, out=out, backend=backend)
-
-    @plan_schedule.register_fake
-    def _(context_lens, num_workers=0, path="auto", backend="auto"):
-        workers = _fake_num_workers(context_lens, num_workers, backend)
-        return context_lens.new_empty((workers + 1, 2), dtype=torch.int32)
-
-    @torch.library.custom_op("dsa_indexer::paged_mqa_logits", mutates_args=())
-    def paged_mqa_logits(q: torch.Tensor, key_cache: torch.Tensor, weights: torch.Tensor,
-                         context_lens: torch.Tensor, block_table: torch.Tensor,
-                         schedule: Optional[torch.Tensor], max_context_len: int,
-                         clean_logits: bool = False, path: str = "auto",
-                         backend: str = "auto") -> torch.Tensor:
-        out = torch.empty((q.shape[0] * q.shape[1], max_context_len), dtype=torch.float32,
-                          device=q.device)
-        return ops.paged_mqa_logits(q, key_cache, weights, context_lens, block_table,
-                                    max_context_len, schedule, clean_logits=clean_logits,
-                                    path=path, out=out, backend=backend)
-
-    @paged_mqa_logits.register_fake
-    def _(q, key_cache, weights, context_lens, block_table, schedule, max_context_len,
-          clean_logits=False, path="auto", backend="auto"):
-        return q.new_empty((q.shape[0] * q.shape[1], max_context_len), dtype=torch.float32)
-
-    @torch.library.custom_op("dsa_indexer::topk", mutates_args=())
-    def topk(logits: torch.Tensor, lengths: torch.Tensor, k: int, sorted: bool = False,
-             block_table: Optional[torch.Tensor] = None, rows_per_request: int = 1,
-             backend: str = "auto") -> torch.Tensor:
-        out = torch.empty((logits.shape[0], k), dtype=torch.int32, device=logits.device)
-        return ops.topk(logits, lengths, k, sorted=sorted, block_table=block_table,
-                        rows_per_request=rows_per_request, out=out, backend=backend)
-
-    @topk.register_fake
-    def _(logits, lengths, k, sorted=False, block_table=None, rows_per_request=1,
-          backend="auto"):
-        return logits.new_empty((logits.shape[0], k), dtype=torch.int32)
-
-    @torch.library.custom_op("dsa_indexer::index_topk", mutates_args=())
-    def index_topk(q: torch.Tensor, key_cache: torch.Tensor, weights: torch.Tensor,
-                   context_lens: torch.Tensor, block_table: torch.Tensor,
-                   schedule: Optional[torch.Tensor], max_context_len: int,
-                   topk_lens: Optional[torch.Tensor] = None, k: int = ops.MAX_TOPK,
-                   sorted: bool = False, physical_slots: bool = False, path: str = "auto",
-                   strategy: str = "auto", backend: str = "auto") -> torch.Tensor:
-        out = torch.empty((q.shape[0] * q.shape[1], k), dtype=torch.int32, device=q.device)
-        return ops.index_topk(q, key_cache, weights, context_lens, block_table, max_context_len,
-                              k, schedule, topk_lens, sorted=sorted,
-                              physical_slots=physical_slots, path=path, strategy=strategy,
-                              out=out, backend=backend)
-
-    @index_topk.register_fake
-    def _(q, key_cache, weights, context_lens, block_table, schedule, max_context_len,
-          topk_lens=None, k=ops.MAX_TOPK, sorted=False, physical_slots=False, path="auto",
-          strategy="auto", backend="auto"):
-        return q.new_empty((q.shape[0] * q.shape[1], k), dtype=torch.int32)
+    store_index_keys = _define("store_index_keys", "()", lambda **_: None)
+    quantize_queries = _define("quantize_queries", "(Tensor, Tensor)", _quantized_fake,
+                               output="Tensor(o!)[]")
+    context_lens = _define("context_lens", "Tensor", _context_lens_fake, output="Tensor(o!)")
+    plan_schedule = _define("plan_schedule", "Tensor", _schedule_fake, output="Tensor(o!)")
+    paged_mqa_logits = _define("paged_mqa_logits", "Tensor", _logits_fake, output="Tensor(o!)")
+    topk = _define("topk", "Tensor", _topk_fake, output="Tensor(o!)")
+    index_topk = _define("index_topk", "Tensor", _index_topk_fake, output="Tensor(o!)")

@@ -307,6 +307,35 @@ def test_custom_ops_under_torch_compile(rng):
     assert torch.equal(fused, eager_idx)
 
 
+def test_keywords_under_torch_compile(rng):
+    # The CUDA side of test_torch_compile.py: a stream given as its handle, the caller's
+    # workspace (where the device error record goes), bf16 logits and a row-strided `out`.
+    p = scoring_problem(rng, next_n=2)
+    workspace = torch.empty(dsa.workspace_bytes("paged_mqa_logits", p["q"]) + 256,
+                            dtype=torch.uint8, device=DEVICE)
+    side = torch.cuda.Stream()
+
+    def score(args, out, stream, workspace):
+        bf16 = dsa.paged_mqa_logits(*args, clean_logits=True, out_dtype="bfloat16",
+                                    stream=stream, workspace=workspace)
+        dsa.paged_mqa_logits(*args, clean_logits=True, out=out, stream=stream,
+                             workspace=workspace, check_device_errors=True)
+        return bf16
+
+    expected_bf16 = dsa.paged_mqa_logits(*args_of(p), clean_logits=True, out_dtype="bfloat16")
+    expected = dsa.paged_mqa_logits(*args_of(p), clean_logits=True)
+    buffer = torch.full((expected.shape[0], p["max_len"] + 9), 5.0, device=DEVICE)
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):  # the tensors below are allocated on the side stream
+        bf16 = torch.compile(score, fullgraph=True)(args_of(p), buffer[:, : p["max_len"]],
+                                                    side.cuda_stream, workspace)
+    side.synchronize()
+    assert bf16.dtype == torch.bfloat16 and torch.equal(bf16, expected_bf16)
+    assert torch.equal(buffer[:, : p["max_len"]], expected)
+    assert bool((buffer[:, p["max_len"]:] == 5.0).all())
+    dsa.read_device_error(workspace)  # nothing recorded
+
+
 def test_custom_ops_pass_opcheck(rng):
     p = scoring_problem(rng, batch=2, next_n=2, max_prefix=500)
     lens = p["lens"]
@@ -314,15 +343,18 @@ def test_custom_ops_pass_opcheck(rng):
     utils = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
     # q as its uint8 bytes: the schema check compares inputs before and after with
     # torch.allclose, which float8 tensors do not implement.
-    torch.library.opcheck(torch.ops.dsa_indexer.paged_mqa_logits.default,
-                          (p["q"].view(torch.uint8), p["cache"], p["weights"], lens, p["table"], schedule,
-                           p["max_len"], True, "auto", "auto"), test_utils=utils)
-    logits = dsa.paged_mqa_logits(*args_of(p), clean_logits=True)
-    torch.library.opcheck(torch.ops.dsa_indexer.topk.default,
-                          (logits, lens.reshape(-1), 16, True, None, 1, "auto"),
+    scoring = (p["q"].view(torch.uint8), p["cache"], p["weights"], lens, p["table"], p["max_len"])
+    torch.library.opcheck(torch.ops.dsa_indexer.paged_mqa_logits.default, scoring,
+                          dict(schedule=schedule, clean_logits=True), test_utils=utils)
+    torch.library.opcheck(torch.ops.dsa_indexer.paged_mqa_logits.out, scoring,
+                          dict(output=torch.empty(4, p["max_len"], device=DEVICE),
+                               schedule=schedule, clean_logits=True, check_device_errors=True),
                           test_utils=utils)
-    torch.library.opcheck(torch.ops.dsa_indexer.context_lens.default,
-                          (p["prefix"], 2, "causal", "auto"), test_utils=utils)
+    logits = dsa.paged_mqa_logits(*args_of(p), clean_logits=True)
+    torch.library.opcheck(torch.ops.dsa_indexer.topk.default, (logits, lens.reshape(-1), 16),
+                          dict(sorted=True), test_utils=utils)
+    torch.library.opcheck(torch.ops.dsa_indexer.context_lens.default, (p["prefix"], 2),
+                          test_utils=utils)
 
 
 def test_cuda_graph_replay_with_changed_lengths(rng):

@@ -1,0 +1,302 @@
+"""dsa_indexer under torch.compile, on CPU tensors: each function that runs an operation
+dispatches to its torch.ops.dsa_indexer operator, every argument and keyword reaches the
+library there, and the result is the eager one (bitwise: same backend, same inputs).
+
+Skipped where PyTorch is not installed; no GPU needed."""
+
+import inspect
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import dsa_indexer as dsa  # noqa: E402
+import reference as ref  # noqa: E402
+from dsa_indexer import _eager, ops  # noqa: E402
+from dsa_indexer.compat import deep_gemm  # noqa: E402
+
+D = 32
+FP8 = torch.float8_e4m3fn
+# The functions that run an operation, by the name of their operator.
+OPERATIONS = ("store_index_keys", "quantize_queries", "context_lens", "plan_schedule",
+              "paged_mqa_logits", "topk", "index_topk")
+EXECUTION = tuple(inspect.signature(dsa.make_context).parameters)[1:]
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+
+
+@pytest.fixture(params=["eager", "aot_eager"])
+def backend(request):
+    """Dynamo's graph run as traced, and through AOTAutograd (functionalized: written
+    arguments become copies written back)."""
+    return request.param
+
+
+def compile_whole(fn, backend="eager"):
+    # fullgraph: a call that fell back to eager instead of its operator would fail here.
+    return torch.compile(fn, backend=backend, fullgraph=True)
+
+
+def problem(batch=3, next_n=2, heads=4, max_prefix=300):
+    rng = np.random.default_rng(7)
+    prefix = rng.integers(0, max_prefix, size=batch).astype(np.int32)
+    lens = (prefix[:, None] + np.arange(next_n) + 1).astype(np.int32)
+    cache = ref.random_cache(rng, int((-(-lens.max(axis=1) // ref.PAGE)).sum()) + 2, D)
+    q = ref.e4m3_encode(rng.standard_normal((batch, next_n, heads, D)).astype(np.float32))
+    return dict(
+        prefix=torch.from_numpy(prefix), lens=torch.from_numpy(lens),
+        cache=torch.from_numpy(cache),
+        table=torch.from_numpy(ref.random_block_table(rng, lens, cache.shape[0])),
+        q=torch.from_numpy(q).view(FP8),
+        weights=torch.from_numpy(rng.standard_normal((batch * next_n, heads)).astype(np.float32)),
+        keys=torch.from_numpy(rng.standard_normal((10, D)).astype(np.float32) * 5),
+        slots=torch.from_numpy(rng.permutation(2 * ref.PAGE)[:10].astype(np.int32)),
+        q_high=torch.from_numpy(rng.standard_normal((batch, next_n, heads, D)).astype(np.float32)),
+        max_len=int(lens.max()) + 9)
+
+
+def scoring(p):
+    return p["q"], p["cache"], p["weights"], p["lens"], p["table"], p["max_len"]
+
+
+def fresh(p):
+    """A copy whose tensors no earlier call wrote."""
+    return {name: value.clone() if isinstance(value, torch.Tensor) else value
+            for name, value in p.items()}
+
+
+def as_comparable(result):
+    tensors = result if isinstance(result, (tuple, list)) else (result,)
+    return [t.view(torch.uint8) if t.dtype == FP8 else t for t in tensors]
+
+
+def assert_same(actual, expected):
+    actual, expected = as_comparable(actual), as_comparable(expected)
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        assert a.dtype == e.dtype and a.shape == e.shape
+        assert torch.equal(a, e)
+
+
+def strided_buffer(columns, fill, dtype=torch.float32, rows=6):
+    """A [rows, columns + 5] buffer holding `fill`; its first `columns` columns make an
+    output whose row stride exceeds its width."""
+    return torch.full((rows, columns + 5), fill, dtype=dtype)
+
+
+def written(buffer, columns, call):
+    """Runs call(out) on the first `columns` columns of `buffer`; returns the whole buffer,
+    so that a comparison also sees the columns that must stay untouched."""
+    call(buffer[:, :columns])
+    return buffer
+
+
+# Each case calls a dsa_indexer function with arguments and keywords beyond its defaults.
+CASES = {
+    "store_index_keys": lambda p: dsa.store_index_keys(
+        p["keys"], p["slots"], torch.zeros(2, ref.page_bytes(D), dtype=torch.uint8),
+        power_of_two_scales=True),
+    "quantize_queries": lambda p: dsa.quantize_queries(
+        p["q_high"], p["weights"], power_of_two_scales=True, weight_scale=0.5),
+    "quantize_queries_out": lambda p: dsa.quantize_queries(
+        p["q_high"], p["weights"],
+        out=(torch.empty(p["q_high"].shape, dtype=FP8), torch.empty(p["weights"].shape))),
+    "causal_context_lens": lambda p: dsa.causal_context_lens(p["prefix"], 3),
+    "expanded_context_lens": lambda p: dsa.expanded_context_lens(p["prefix"], 3),
+    "legacy_context_lens": lambda p: dsa.legacy_context_lens(p["prefix"], 3),
+    "context_lens_out": lambda p: written(
+        strided_buffer(2, -7, torch.int32, rows=3), 2,
+        lambda out: dsa.context_lens(p["prefix"], 2, "expanded", out=out)),
+    "plan_schedule": lambda p: dsa.plan_schedule(p["lens"], 5, "per_token"),
+    "plan_schedule_default_workers": lambda p: dsa.plan_schedule(p["lens"], num_threads=3),
+    "plan_schedule_out": lambda p: dsa.plan_schedule(
+        p["lens"], 4, path="native", out=torch.empty(5, 2, dtype=torch.int32)),
+    "paged_mqa_logits": lambda p: dsa.paged_mqa_logits(
+        *scoring(p), dsa.plan_schedule(p["lens"], 3, "per_token"), clean_logits=True,
+        path="per_token"),
+    "paged_mqa_logits_bfloat16": lambda p: dsa.paged_mqa_logits(
+        *scoring(p), clean_logits=True, out_dtype="bfloat16"),
+    "paged_mqa_logits_reference_float64": lambda p: dsa.paged_mqa_logits(
+        *scoring(p), clean_logits=True, backend="cpu_reference", reference_float64=True),
+    "paged_mqa_logits_out": lambda p: written(
+        strided_buffer(p["max_len"], 3.0), p["max_len"],
+        lambda out: dsa.paged_mqa_logits(*scoring(p), clean_logits=True, num_threads=2,
+                                         out=out)),
+    "topk": lambda p: dsa.topk(
+        dsa.paged_mqa_logits(*scoring(p)), p["lens"].reshape(-1), 7, sorted=True,
+        block_table=p["table"], rows_per_request=2),
+    "topk_out": lambda p: written(
+        strided_buffer(7, -9, torch.int32), 7,
+        lambda out: dsa.topk(dsa.paged_mqa_logits(*scoring(p)), p["lens"].reshape(-1), 7,
+                             sorted=True, out=out)),
+    "index_topk": lambda p: dsa.index_topk(
+        *scoring(p), 16, dsa.plan_schedule(p["lens"], 2, "native"),
+        (p["lens"].reshape(-1) - 1).clamp_min(0), sorted=True, physical_slots=True,
+        path="native", strategy="logits_then_topk"),
+    "index_topk_fused_out": lambda p: dsa.index_topk(
+        *scoring(p), 8, sorted=True, strategy="fused", out=torch.empty(6, 8, dtype=torch.int32)),
+    "deep_gemm": lambda p: deep_gemm.fp8_paged_mqa_logits(
+        p["q"], p["cache"].view(-1, ref.PAGE, 1, D + 4), p["weights"], p["prefix"] + 2,
+        p["table"], deep_gemm.get_paged_mqa_logits_metadata(p["prefix"] + 2, 64, 4),
+        p["max_len"], True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_compiled_calls_give_the_eager_result(case, backend):
+    p = problem()
+    expected = CASES[case](fresh(p))
+    assert_same(compile_whole(CASES[case], backend)(fresh(p)), expected)
+
+
+def test_keywords_change_the_compiled_result_as_they_change_the_eager_one():
+    # Beside agreeing with eager calls, the compiled calls differ where a keyword matters.
+    p = problem()
+    run = compile_whole(lambda p, **kw: dsa.paged_mqa_logits(*scoring(p), **kw))
+    assert run(p).dtype == torch.float32
+    assert run(p, out_dtype="bfloat16").dtype == torch.bfloat16
+    plain = run(p, backend="cpu_reference")
+    precise = run(p, backend="cpu_reference", reference_float64=True)
+    assert not torch.equal(plain, precise)
+    assert torch.isneginf(run(p, clean_logits=True)).any()
+    schedule = compile_whole(lambda lens, **kw: dsa.plan_schedule(lens, **kw))
+    assert schedule(p["lens"], num_threads=3).shape == (4, 2)
+    assert schedule(p["lens"], num_threads=5).shape == (6, 2)
+    indices = compile_whole(lambda p, **kw: dsa.index_topk(*scoring(p), 16, **kw))
+    assert not torch.equal(indices(p, sorted=True), indices(p, sorted=True, physical_slots=True))
+
+
+def test_out_is_written_and_returned(backend):
+    p = problem()
+    buffer = strided_buffer(p["max_len"], 3.0)
+    out = buffer[:, :p["max_len"]]
+    result = compile_whole(
+        lambda p, out: dsa.paged_mqa_logits(*scoring(p), clean_logits=True, out=out),
+        backend)(p, out)
+    assert result.data_ptr() == out.data_ptr()
+    assert torch.equal(out, dsa.paged_mqa_logits(*scoring(p), clean_logits=True))
+    assert (buffer[:, p["max_len"]:] == 3.0).all()  # past max_context_len: never written
+
+
+def test_execution_keywords_reach_the_library(monkeypatch, backend):
+    seen = []
+    make_context = _eager.make_context
+
+    def recording_make_context(like, **execution):
+        seen.append(execution)
+        return make_context(like, **execution)
+
+    monkeypatch.setattr(_eager, "make_context", recording_make_context)
+    given = dict(backend="cpu", stream=12345, num_threads=2, reference_float64=True,
+                 check_device_errors=True)
+    assert set(given) == set(EXECUTION)
+    p = problem()
+    calls = [
+        lambda p: dsa.store_index_keys(p["keys"], p["slots"], p["cache"], **given),
+        lambda p: dsa.quantize_queries(p["q_high"], p["weights"], **given),
+        lambda p: dsa.causal_context_lens(p["prefix"], 2, **given),
+        lambda p: dsa.plan_schedule(p["lens"], **given),
+        lambda p: dsa.paged_mqa_logits(*scoring(p), **given),
+        lambda p: dsa.topk(p["weights"], p["lens"].reshape(-1) % 4, 2, **given),
+        lambda p: dsa.index_topk(*scoring(p), 4, **given),
+    ]
+    for call in calls:
+        seen.clear()
+        torch._dynamo.reset()
+        compile_whole(call, backend)(fresh(p))
+        assert seen and all(execution == given for execution in seen)
+
+
+@pytest.mark.parametrize("name", OPERATIONS)
+def test_workspace_reaches_the_library(name, backend):
+    p = problem()
+    args = {
+        "store_index_keys": (p["keys"], p["slots"], p["cache"]),
+        "quantize_queries": (p["q_high"], p["weights"]),
+        "context_lens": (p["prefix"], 2),
+        "plan_schedule": (p["lens"], 2),
+        "paged_mqa_logits": scoring(p),
+        "topk": (p["weights"], p["lens"].reshape(-1) % 4, 2),
+        "index_topk": scoring(p) + (4,),
+    }[name]
+    function = getattr(dsa, name)
+    run = compile_whole(lambda args, workspace: function(*args, workspace=workspace), backend)
+    run(args, torch.zeros(1024, dtype=torch.uint8))
+    # The binding checks the workspace's shape: a 2-D one reaching it is refused there.
+    with pytest.raises(ValueError, match="workspace: must be a 1-D"):
+        run(args, torch.zeros(4, 256, dtype=torch.uint8))
+
+
+def test_unknown_keywords_are_named():
+    p = problem()
+    with pytest.raises(Exception, match="num_thread"):
+        compile_whole(lambda p: dsa.topk(p["weights"], p["lens"].reshape(-1), 2,
+                                         num_thread=2))(p)
+    with pytest.raises(TypeError, match="num_thread"):
+        dsa.topk(p["weights"], p["lens"].reshape(-1), 2, num_thread=2)
+
+
+@pytest.mark.parametrize("name", OPERATIONS)
+def test_operators_take_every_argument_of_their_function(name):
+    """The schemas derive from the eager signatures; this pins them to the public ones."""
+    public = inspect.signature(getattr(ops, name)).parameters.values()
+    expected = {p.name for p in public if p.kind is not p.VAR_KEYWORD} | set(EXECUTION)
+    packet = getattr(torch.ops.dsa_indexer, name)
+    schemas = [getattr(packet, overload)._schema for overload in packet.overloads()]
+    names = {argument.name for schema in schemas for argument in schema.arguments}
+    if "out" in expected:  # the out overload's name for it
+        expected = expected - {"out"} | {"output"}
+    assert names == expected
+    defaults = {argument.name: argument.default_value
+                for argument in packet.default._schema.arguments if argument.has_default_value()}
+    for parameter in public:
+        if parameter.default is not parameter.empty and parameter.name != "out":
+            assert defaults[parameter.name] == parameter.default, parameter.name
+
+
+def test_operators_pass_opcheck():
+    p = problem()
+    lens = p["lens"]
+    # q as its uint8 bytes: the checks compare tensors with torch.allclose, which float8
+    # tensors do not implement.
+    q = p["q"].view(torch.uint8)
+    logits = dsa.paged_mqa_logits(*scoring(p), clean_logits=True)
+    workspace = torch.zeros(64, dtype=torch.uint8)
+    ops_ = torch.ops.dsa_indexer
+    calls = [
+        (ops_.store_index_keys.default, (p["keys"], p["slots"], p["cache"]),
+         dict(power_of_two_scales=True, workspace=workspace)),
+        (ops_.context_lens.default, (p["prefix"], 3), dict(convention="legacy")),
+        (ops_.context_lens.out, (p["prefix"], 3),
+         dict(output=torch.empty(3, 3, dtype=torch.int32))),
+        (ops_.plan_schedule.default, (lens,), dict(num_workers=3, path="per_token")),
+        (ops_.plan_schedule.default, (lens,), dict(num_threads=2)),
+        (ops_.plan_schedule.out, (lens,), dict(output=torch.empty(3, 2, dtype=torch.int32),
+                                               num_workers=2)),
+        (ops_.paged_mqa_logits.default, (q,) + scoring(p)[1:],
+         dict(clean_logits=True, out_dtype="bfloat16", workspace=workspace)),
+        (ops_.paged_mqa_logits.out, (q,) + scoring(p)[1:],
+         dict(output=torch.empty(6, p["max_len"]), clean_logits=True)),
+        (ops_.topk.default, (logits, lens.reshape(-1), 8),
+         dict(sorted=True, block_table=p["table"], rows_per_request=2)),
+        (ops_.topk.out, (logits, lens.reshape(-1), 8),
+         dict(output=torch.empty(6, 8, dtype=torch.int32), sorted=True)),
+        (ops_.index_topk.default, (q,) + scoring(p)[1:], dict(k=8, sorted=True)),
+        (ops_.index_topk.out, (q,) + scoring(p)[1:],
+         dict(output=torch.empty(6, 8, dtype=torch.int32), k=8, sorted=True)),
+    ]
+    utils = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
+    for op, args, kwargs in calls:
+        torch.library.opcheck(op, args, kwargs, test_utils=utils)
+    # Its float8 output: only the fake is checked (the other checks compute with the
+    # outputs, which PyTorch's CPU kernels do not for float8).
+    for op, kwargs in ((ops_.quantize_queries.default, dict(weight_scale=0.5)),
+                       (ops_.quantize_queries.out,
+                        dict(output=[torch.empty(p["q_high"].shape, dtype=FP8),
+                                  torch.empty(p["weights"].shape)]))):
+        torch.library.opcheck(op, (p["q_high"], p["weights"]), kwargs,
+                              test_utils=("test_faketensor",))
