@@ -579,6 +579,83 @@ Status validate_index_topk_outputs(const TensorView& topk_lens, const TensorView
   return Status::success();
 }
 
+namespace {
+
+// An optional int32 [rows] contiguous tensor of top-k's options.
+Status expect_row_vector(const char* op, const char* arg, const TensorView& view, std::int64_t rows) {
+  if (view.empty()) return Status::success();
+  DSA_RETURN_IF_ERROR(check_tensor(op, arg, view, 1, {DType::int32}));
+  DSA_RETURN_IF_ERROR(expect_extent(op, arg, view, 0, rows, "the rows of logits"));
+  return expect_inner_contiguous(op, arg, view);
+}
+
+// top-k's output transform (position_offsets, or block_table with its page
+// size and the rows' requests) into `p`.
+Status validate_topk_transform(const TopkOptions& options, std::int64_t rows, TopkProblem* p) {
+  const char* op = "topk";
+  const TensorView& table = options.block_table;
+  const TensorView& offsets = options.request_offsets;
+  if (options.page_size != 1 && options.page_size != 32 && options.page_size != 64) {
+    return fail(ErrorCode::invalid_argument, op, "page_size",
+                "must be 1, 32 or 64 (tokens per block_table entry), got " + str(options.page_size));
+  }
+  DSA_RETURN_IF_ERROR(expect_row_vector(op, "position_offsets", options.position_offsets, rows));
+  if (!options.position_offsets.empty() && !table.empty()) {
+    return fail(ErrorCode::invalid_argument, op, "position_offsets",
+                "is given with block_table, but a row's positions take one transform only (give one of them)");
+  }
+  if (!offsets.empty() && table.empty()) {
+    return fail(ErrorCode::invalid_argument, op, "request_offsets",
+                "maps rows to block_table rows, but no block_table is given");
+  }
+  p->position_offsets =
+      options.position_offsets.empty() ? nullptr : options.position_offsets.ptr<const std::int32_t>();
+  p->page_size = options.page_size;
+  if (table.empty()) return Status::success();
+  DSA_RETURN_IF_ERROR(check_tensor(op, "block_table", table, 2, {DType::int32}));
+  DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "block_table", table));
+  if (options.rows_per_request < 1) {
+    return fail(ErrorCode::invalid_argument, op, "rows_per_request",
+                "must be >= 1, got " + str(options.rows_per_request));
+  }
+  std::int64_t requests = 0;
+  if (!offsets.empty()) {
+    if (options.rows_per_request != 1) {
+      return fail(ErrorCode::invalid_argument, op, "request_offsets",
+                  "is given with rows_per_request = " + str(options.rows_per_request) +
+                      ", but rows map to requests one way only (leave rows_per_request at 1)");
+    }
+    DSA_RETURN_IF_ERROR(check_tensor(op, "request_offsets", offsets, 1, {DType::int32}));
+    if (offsets.size(0) < 1 || offsets.size(0) > kInt32Max) {
+      return fail(ErrorCode::bad_shape, op, "request_offsets",
+                  "must hold R + 1 entries, 1 <= R + 1 <= 2^31 - 1, got " + offsets.describe());
+    }
+    DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "request_offsets", offsets));
+    requests = offsets.size(0) - 1;
+    if (table.size(0) < requests) {
+      return fail(ErrorCode::bad_shape, op, "block_table",
+                  "has " + str(table.size(0)) + " rows but request_offsets has " + str(requests) +
+                      " requests");
+    }
+    p->request_offsets = offsets.ptr<const std::int32_t>();
+    p->requests = requests;
+  } else {
+    requests = (rows + options.rows_per_request - 1) / options.rows_per_request;
+    if (table.size(0) < requests) {
+      return fail(ErrorCode::bad_shape, op, "block_table",
+                  "has " + str(table.size(0)) + " rows but " + str(rows) + " logits rows at " +
+                      str(options.rows_per_request) + " rows per request need " + str(requests));
+    }
+  }
+  p->block_table = table.ptr<const std::int32_t>();
+  p->block_table_stride = table.stride(0);
+  p->max_blocks = table.size(1);
+  p->rows_per_request = options.rows_per_request;
+  return Status::success();
+}
+
+}  // namespace
+
 Status validate_topk(const TensorView& logits, const TensorView& lengths, int k,
                      const TensorView& indices, const TopkOptions& options, TopkProblem* problem) {
   const char* op = "topk";
@@ -595,27 +672,16 @@ Status validate_topk(const TensorView& logits, const TensorView& lengths, int k,
   DSA_RETURN_IF_ERROR(expect_k(op, k));
   DSA_RETURN_IF_ERROR(expect_indices(op, indices, rows, k, "the rows of logits"));
   TopkProblem p;
-  const TensorView& table = options.block_table;
-  if (!table.empty()) {
-    DSA_RETURN_IF_ERROR(check_tensor(op, "block_table", table, 2, {DType::int32}));
-    DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "block_table", table));
-    if (options.rows_per_request < 1) {
-      return fail(ErrorCode::invalid_argument, op, "rows_per_request",
-                  "must be >= 1, got " + str(options.rows_per_request));
-    }
-    const std::int64_t requests = (rows + options.rows_per_request - 1) / options.rows_per_request;
-    if (table.size(0) < requests) {
-      return fail(ErrorCode::bad_shape, op, "block_table",
-                  "has " + str(table.size(0)) + " rows but " + str(rows) + " logits rows at " +
-                      str(options.rows_per_request) + " rows per request need " + str(requests));
-    }
-    p.block_table = table.ptr<const std::int32_t>();
-    p.block_table_stride = table.stride(0);
-    p.max_blocks = table.size(1);
-    p.rows_per_request = options.rows_per_request;
-  }
-  DSA_RETURN_IF_ERROR(expect_one_device(
-      op, {{"logits", &logits}, {"lengths", &lengths}, {"indices", &indices}, {"block_table", &table}}));
+  DSA_RETURN_IF_ERROR(validate_topk_transform(options, rows, &p));
+  DSA_RETURN_IF_ERROR(expect_row_vector(op, "row_starts", options.row_starts, rows));
+  p.row_starts = options.row_starts.empty() ? nullptr : options.row_starts.ptr<const std::int32_t>();
+  DSA_RETURN_IF_ERROR(expect_one_device(op, {{"logits", &logits},
+                                             {"lengths", &lengths},
+                                             {"indices", &indices},
+                                             {"block_table", &options.block_table},
+                                             {"request_offsets", &options.request_offsets},
+                                             {"row_starts", &options.row_starts},
+                                             {"position_offsets", &options.position_offsets}}));
   p.device = logits.device;
   p.rows = rows;
   p.cols = cols;
@@ -696,30 +762,61 @@ Status check_scoring_data(const char* op, const LogitsProblem& p) {
   return check_schedule(op, p);
 }
 
+namespace {
+
+// request_offsets covers the rows in order: 0 first, non-decreasing, the
+// number of rows last.
+Status check_request_offsets(const TopkProblem& p) {
+  const char* op = "topk";
+  const std::int32_t* offsets = p.request_offsets;
+  const auto entry = [&](std::int64_t q) { return "request_offsets[" + str(q) + "] = " + str(offsets[q]); };
+  if (offsets[0] != 0) return fail(ErrorCode::invalid_argument, op, "request_offsets", entry(0) + " must be 0");
+  for (std::int64_t q = 0; q < p.requests; ++q) {
+    if (offsets[q + 1] < offsets[q]) {
+      return fail(ErrorCode::invalid_argument, op, "request_offsets",
+                  entry(q + 1) + " is below " + entry(q) + " (entries must be non-decreasing)");
+    }
+  }
+  if (offsets[p.requests] != p.rows) {
+    return fail(ErrorCode::invalid_argument, op, "request_offsets",
+                entry(p.requests) + " must equal the " + str(p.rows) + " rows of logits");
+  }
+  return Status::success();
+}
+
+}  // namespace
+
 Status check_topk_data(const TopkProblem& p) {
   const char* op = "topk";
+  if (p.request_offsets != nullptr) DSA_RETURN_IF_ERROR(check_request_offsets(p));
   for (std::int64_t r = 0; r < p.rows; ++r) {
     const std::int64_t length = p.lengths[r * p.lengths_stride];
-    switch (topk_length_violation(length, p.cols, p.block_table != nullptr, p.max_blocks)) {
+    const std::int64_t start = topk_row_start(p, r);
+    const std::string row_length = "lengths[" + str(r) + "] = " + str(length);
+    switch (topk_row_violation(p, length, start).kind) {
       case kNegativeLength:
       case kLengthBeyondLogits:
         return fail(ErrorCode::length_out_of_range, op, "lengths",
-                    "lengths[" + str(r) + "] = " + str(length) + " is outside [0, " + str(p.cols) +
-                        "] (the logits columns)");
+                    row_length + " is outside [0, " + str(p.cols) + "] (the logits columns)");
+      case kRowStartOutOfRange:
+        return fail(ErrorCode::length_out_of_range, op, "row_starts",
+                    "row_starts[" + str(r) + "] = " + str(start) + " with " + row_length +
+                        " needs 0 <= start and start + length <= " + str(p.cols) + " (the logits columns)");
       case kLengthBeyondBlockTable:
         return fail(ErrorCode::length_out_of_range, op, "block_table",
-                    "lengths[" + str(r) + "] = " + str(length) + " needs " + str(pages_for_length(length)) +
-                        " pages but block_table has " + str(p.max_blocks) + " columns");
+                    row_length + " needs " + str(topk_table_columns(length, p.page_size)) +
+                        " entries of " + str(p.page_size) + " positions but block_table has " +
+                        str(p.max_blocks) + " columns");
       default: break;
     }
     if (p.block_table == nullptr) continue;
-    const std::int64_t request = r / p.rows_per_request;
+    const std::int64_t request = topk_request(p, r);
     const std::int32_t* table_row = p.block_table + request * p.block_table_stride;
-    for (std::int64_t i = 0; i < pages_for_length(length); ++i) {
-      if (table_row[i] < 0 || table_row[i] > kInt32Max / kPageTokens) {
+    for (std::int64_t i = 0; i < topk_table_columns(length, p.page_size); ++i) {
+      if (table_row[i] < 0 || table_row[i] > kInt32Max / p.page_size) {
         return fail(ErrorCode::page_out_of_range, op, "block_table",
                     "block_table[" + str(request) + ", " + str(i) + "] = " + str(table_row[i]) +
-                        " is needed but is not a valid page index");
+                        " is needed but gives no int32 slot at " + str(p.page_size) + " positions per entry");
       }
     }
   }

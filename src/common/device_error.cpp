@@ -46,6 +46,15 @@ Status decode_device_error(const DeviceErrorRecord& record, const char* operatio
               op + "row " + arg(0) +
                   ": the selection's counts disagree with its ranks, so the row's indices "
                   "are not exact (an internal error)"};
+    case kRowStartOutOfRange:
+      return {ErrorCode::length_out_of_range,
+              op + "row_starts: row " + arg(0) + " starts at column " + arg(1) + ", outside [0, " +
+                  arg(2) + "] (the logits columns less the row's length)"};
+    case kRowWithoutRequest:
+      return {ErrorCode::invalid_argument,
+              op + "request_offsets: row " + arg(0) + " lies in no request's rows [request_offsets[q], " +
+                  "request_offsets[q + 1]) of the " + arg(1) + " requests (request_offsets[" + arg(1) +
+                  "] = " + arg(2) + "); the entries must be non-decreasing from 0 to the number of rows"};
     default:
       return {ErrorCode::internal,
               op + "unknown device error record code " + std::to_string(record.code)};

@@ -21,6 +21,8 @@ enum DeviceErrorKind : std::int32_t {
   kLengthBeyondLogits = 7,      // (row, length, columns)
   kTopkLengthBeyondContext = 8, // (row, topk length, context length)
   kSelectionDisagreement = 9,   // (row, 0, 0): an internal inconsistency
+  kRowStartOutOfRange = 10,     // (row, start, columns - length)
+  kRowWithoutRequest = 11,      // (row, requests, request_offsets[requests])
 };
 
 struct DeviceErrorRecord {

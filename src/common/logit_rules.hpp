@@ -40,20 +40,95 @@ DSA_HD std::int64_t scoring_length_limit(std::int32_t violation, std::int64_t ma
                                                 : 0;
 }
 
-// The rule a top-k row length breaks, or kNoDeviceError: 0 <= L <= cols
-// and, when a block table turns positions into slots, its pages within the
-// table's max_blocks columns.
-DSA_HD std::int32_t topk_length_violation(std::int64_t length, std::int64_t cols, bool block_table,
-                                          std::int64_t max_blocks) {
-  if (length < 0) return kNegativeLength;
-  if (length > cols) return kLengthBeyondLogits;
-  if (block_table && pages_for_length(length) > max_blocks) return kLengthBeyondBlockTable;
-  return kNoDeviceError;
+// Block-table columns a top-k row of `length` positions reads, at
+// page_size (1, 32 or 64) positions per column.
+DSA_HD std::int64_t topk_table_columns(std::int64_t length, int page_size) {
+  return (length + page_size - 1) / page_size;
 }
 
-// The bound a top-k length violation names (the error record's third argument).
-DSA_HD std::int64_t topk_length_limit(std::int32_t violation, std::int64_t cols, std::int64_t max_blocks) {
-  return violation == kLengthBeyondLogits ? cols : violation == kLengthBeyondBlockTable ? max_blocks : 0;
+// The helpers below serve the host validation, the CPU backend and the CUDA
+// kernels alike: `Topk` is TopkProblem or the kernels' TopkArgs, which name
+// the top-k fields the same.
+
+// Column of the logits where row `row`'s candidates start.
+template <typename Topk>
+DSA_HD std::int32_t topk_row_start(const Topk& t, std::int64_t row) {
+  return t.row_starts != nullptr ? t.row_starts[row] : 0;
+}
+
+// A rule a top-k row breaks, with what the error record holds for it:
+// (row, value, bound).
+struct TopkRowViolation {
+  std::int32_t kind = kNoDeviceError;
+  std::int64_t value = 0;
+  std::int64_t bound = 0;
+};
+
+// The rule row (length, start) breaks, if any: 0 <= length <= cols, then
+// 0 <= start <= cols - length, then, with a block table, its
+// ceil(length / page_size) columns within the table's max_blocks.
+template <typename Topk>
+DSA_HD TopkRowViolation topk_row_violation(const Topk& t, std::int64_t length, std::int64_t start) {
+  if (length < 0) return {kNegativeLength, length, 0};
+  if (length > t.cols) return {kLengthBeyondLogits, length, t.cols};
+  if (start < 0 || start > t.cols - length) return {kRowStartOutOfRange, start, t.cols - length};
+  if (t.block_table != nullptr && topk_table_columns(length, t.page_size) > t.max_blocks) {
+    return {kLengthBeyondBlockTable, length, t.max_blocks};
+  }
+  return {};
+}
+
+// The request q that row `row` belongs to. With request_offsets (requests
+// + 1 entries, non-decreasing): the q with request_offsets[q] <= row <
+// request_offsets[q + 1], found by binary search, or -1 when there is none
+// (entries that do not cover the rows); only entries 0 .. requests are read.
+// Otherwise row / rows_per_request.
+template <typename Topk>
+DSA_HD std::int64_t topk_request(const Topk& t, std::int64_t row) {
+  if (t.request_offsets == nullptr) return row / t.rows_per_request;
+  // The first q whose entry is beyond the row; every q before it that the
+  // search looked at had an entry at or below the row.
+  std::int64_t first = 0;
+  std::int64_t count = t.requests;
+  while (count > 0) {
+    const std::int64_t half = count / 2;
+    if (t.request_offsets[first + half] <= row) {
+      first += half + 1;
+      count -= half + 1;
+    } else {
+      count = half;
+    }
+  }
+  const std::int64_t request = first - 1;
+  return request >= 0 && row < t.request_offsets[request + 1] ? request : -1;
+}
+
+// How the selected positions of a row are written: a selected position i
+// (relative to the row's start) becomes
+//   table_row[i / page_size] * page_size + i % page_size  with a block table,
+//   i + offset                                            otherwise
+// (offset: position_offsets[r], or 0). -1 padding is never transformed.
+struct TopkRowOutput {
+  const std::int32_t* table_row = nullptr;
+  std::int32_t offset = 0;
+  int page_size = 64;
+
+  DSA_HD std::int32_t operator()(std::int32_t position) const {
+    if (table_row != nullptr) {
+      return static_cast<std::int32_t>(std::int64_t{table_row[position / page_size]} * page_size +
+                                       position % page_size);
+    }
+    // Modulo 2^32, as documented for offsets that leave the int32 range.
+    return static_cast<std::int32_t>(static_cast<std::uint32_t>(position) + static_cast<std::uint32_t>(offset));
+  }
+};
+
+// Row `row`'s output transform; `request` (topk_request) is read only with
+// a block table.
+template <typename Topk>
+DSA_HD TopkRowOutput topk_row_output(const Topk& t, std::int64_t row, std::int64_t request) {
+  if (t.block_table != nullptr) return {t.block_table + request * t.block_table_stride, 0, t.page_size};
+  return {nullptr, t.position_offsets != nullptr ? t.position_offsets[row] : 0, t.page_size};
 }
 
 // The rule a row's top-k length (index_topk's topk_lens) breaks against its

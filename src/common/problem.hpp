@@ -120,10 +120,19 @@ struct TopkProblem {
   std::int32_t* indices = nullptr;  // [T, >= k]
   std::int64_t indices_stride = 0;
   bool sorted = false;
-  // Physical-slot transform; block_table == nullptr means none.
+  // Row r's candidates start at column row_starts[r]; nullptr: at column 0.
+  const std::int32_t* row_starts = nullptr;  // [T], contiguous
+  // Output transforms (at most one): i + position_offsets[r], or a cache
+  // slot through the block table; neither when both are nullptr.
+  const std::int32_t* position_offsets = nullptr;  // [T], contiguous
   const std::int32_t* block_table = nullptr;
   std::int64_t block_table_stride = 0, max_blocks = 0;
+  int page_size = 64;  // 1, 32 or 64
+  // Row r's request: request_offsets' interval holding r when given, else
+  // r / rows_per_request.
   int rows_per_request = 1;
+  const std::int32_t* request_offsets = nullptr;  // [requests + 1], contiguous
+  std::int64_t requests = 0;
 };
 
 struct IndexTopkProblem {

@@ -7,6 +7,7 @@
 #include "cpu/kernels.hpp"
 #include "cpu/parallel.hpp"
 #include "dsa/cache.hpp"
+#include "common/logit_rules.hpp"
 #include "common/number_formats.hpp"
 #include "validate.hpp"
 
@@ -99,11 +100,19 @@ void select_row(const float* values, std::int64_t length, int k, bool sorted, Se
   }
 }
 
-void positions_to_slots(const std::int32_t* table_row, int k, std::int32_t* out) {
+namespace {
+
+// Rewrites a row's selected positions (not the -1 padding) as `output` says.
+void transform_positions(const TopkRowOutput& output, int k, std::int32_t* out) {
   for (int i = 0; i < k; ++i) {
-    if (out[i] < 0) continue;
-    out[i] = table_row[out[i] / kPageTokens] * kPageTokens + out[i] % kPageTokens;
+    if (out[i] >= 0) out[i] = output(out[i]);
   }
+}
+
+}  // namespace
+
+void positions_to_slots(const std::int32_t* table_row, int k, std::int32_t* out) {
+  transform_positions(TopkRowOutput{table_row, 0, kPageTokens}, k, out);
 }
 
 Status topk(const TopkProblem& p, bool parallel, const ExecContext& ctx) {
@@ -116,19 +125,22 @@ Status topk(const TopkProblem& p, bool parallel, const ExecContext& ctx) {
   const auto select = [&](std::int64_t row, int thread) {
     RowScratch& s = scratch[static_cast<std::size_t>(thread)];
     const std::int64_t length = p.lengths[row * p.lengths_stride];
+    const std::int64_t first = row * p.logits_stride + topk_row_start(p, row);
     const float* values = nullptr;
     if (p.logits_dtype == DType::bfloat16) {
-      const std::uint16_t* source = static_cast<const std::uint16_t*>(p.logits) + row * p.logits_stride;
+      const std::uint16_t* source = static_cast<const std::uint16_t*>(p.logits) + first;
       s.values.resize(static_cast<std::size_t>(length));
       for (std::int64_t i = 0; i < length; ++i) s.values[static_cast<std::size_t>(i)] = bf16_to_float(source[i]);
       values = s.values.data();
     } else {
-      values = static_cast<const float*>(p.logits) + row * p.logits_stride;
+      values = static_cast<const float*>(p.logits) + first;
     }
     std::int32_t* out = p.indices + row * p.indices_stride;
     select_row(values, length, p.k, p.sorted, &s.select, out);
-    if (p.block_table != nullptr) {
-      positions_to_slots(p.block_table + (row / p.rows_per_request) * p.block_table_stride, p.k, out);
+    if (p.block_table != nullptr || p.position_offsets != nullptr) {
+      // check_topk_data has found every row in a request.
+      const std::int64_t request = p.block_table != nullptr ? topk_request(p, row) : 0;
+      transform_positions(topk_row_output(p, row, request), p.k, out);
     }
   };
   if (parallel) {

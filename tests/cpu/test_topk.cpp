@@ -10,6 +10,8 @@
 #include <tuple>
 #include <vector>
 
+#include "common/device_error.hpp"
+#include "common/ragged_topk.hpp"
 #include "cpu_test_helpers.hpp"
 
 namespace dsa_test {
@@ -281,6 +283,121 @@ TEST_P(TopkPropertyTest, ManyEqualValuesAroundTheThreshold) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, TopkPropertyTest, ::testing::ValuesIn(cpu_backends()), backend_label);
+
+// ---- Ragged rows and output transforms (TopkOptions) ----------------------
+
+// The library's output for t on a CPU backend (k + 3 columns, the last 3
+// must stay untouched).
+dsa::Status run_ragged(RaggedTopk& t, const dsa::ExecContext& ctx, std::vector<std::int32_t>* out) {
+  const Int32ViewOf host_view = [](const std::vector<std::int32_t>& array, std::int64_t rows, std::int64_t cols) {
+    auto* data = const_cast<std::int32_t*>(array.data());
+    return cols == 0 ? dsa::make_view(data, dsa::DType::int32, {rows}) : dsa::make_view(data, dsa::DType::int32, {rows, cols});
+  };
+  const std::int64_t rows = t.spec.rows, width = t.spec.k + 3;
+  out->assign(static_cast<std::size_t>(rows * width), kUntouched);
+  void* logits = t.spec.bf16 ? static_cast<void*>(t.bf16.data()) : static_cast<void*>(t.values.data());
+  return dsa::topk(dsa::make_view(logits, t.spec.bf16 ? dsa::DType::bfloat16 : dsa::DType::float32,
+                                  {rows, t.spec.cols}, {t.stride, 1}),
+                   host_view(t.lengths, rows, 0), t.spec.k,
+                   dsa::make_view(out->data(), dsa::DType::int32, {rows, width}), ragged_options(t, host_view), ctx);
+}
+
+::testing::AssertionResult ragged_matches(const RaggedTopk& t, const std::vector<std::int32_t>& out) {
+  const std::string mismatch = t.mismatch(out.data(), t.spec.k + 3, kUntouched);
+  if (mismatch.empty()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << mismatch;
+}
+
+class TopkRaggedTest
+    : public ::testing::TestWithParam<std::tuple<dsa::Backend, RaggedOptionSet, RaggedValues, int>> {};
+
+// Every combination of the options against the reference, in float32 and
+// bfloat16, sorted and not.
+TEST_P(TopkRaggedTest, MatchesReference) {
+  const auto& [backend, o, values, k] = GetParam();
+  const dsa::ExecContext ctx = cpu_context(backend);
+  for (const bool bf16 : {false, true}) {
+    for (const bool sorted : {false, true}) {
+      const std::uint64_t seed = static_cast<std::uint64_t>(k * 7 + static_cast<int>(values)) + (bf16 ? 100 : 0);
+      SCOPED_TRACE(std::string(bf16 ? "bf16" : "fp32") + (sorted ? " sorted" : " unsorted"));
+      RaggedTopk t = make_ragged_topk(o.applied_to(short_rows_spec(k, values, bf16, sorted, seed)));
+      std::vector<std::int32_t> out;
+      DSA_ASSERT_OK(run_ragged(t, ctx, &out));
+      EXPECT_TRUE(ragged_matches(t, out));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, TopkRaggedTest,
+    ::testing::Combine(::testing::ValuesIn(cpu_backends()), ::testing::ValuesIn(ragged_option_sets()),
+                       ::testing::Values(RaggedValues::normal, RaggedValues::few_values, RaggedValues::specials),
+                       ::testing::Values(1, 7, 2048)),
+    [](const ::testing::TestParamInfo<TopkRaggedTest::ParamType>& info) {
+      return std::string(std::get<1>(info.param).name) + "_" + ragged_values_name(std::get<2>(info.param)) +
+             "_k" + std::to_string(std::get<3>(info.param)) + "_" +
+             backend_label({std::get<0>(info.param), info.index});
+    });
+
+class TopkRaggedPropertyTest : public ::testing::TestWithParam<dsa::Backend> {};
+
+// A row's candidates are its own columns only: values outside them (huge
+// ones before the start and after the end) are never selected, and a row's
+// output does not depend on where its candidates lie.
+TEST_P(TopkRaggedPropertyTest, StartsSelectWithinTheRowsColumns) {
+  const dsa::ExecContext ctx = cpu_context(GetParam());
+  RaggedTopkSpec spec;
+  spec.rows = 12;
+  spec.cols = 5000;
+  spec.k = 100;
+  RaggedTopk t = make_ragged_topk(spec);
+  for (std::int64_t r = 0; r < spec.rows; ++r) {
+    for (std::int64_t c = 0; c < spec.cols; ++c) {
+      if (c < t.row_starts[r] || c >= t.row_starts[r] + t.lengths[r]) t.values[r * t.stride + c] = 1e30f;
+    }
+  }
+  std::vector<std::int32_t> out;
+  DSA_ASSERT_OK(run_ragged(t, ctx, &out));
+  EXPECT_TRUE(ragged_matches(t, out));
+}
+
+// The same inputs give bitwise the same output, whatever the thread count.
+TEST_P(TopkRaggedPropertyTest, DeterministicWithEveryOption) {
+  RaggedTopkSpec spec;
+  spec.rows = 30;
+  spec.cols = 9000;
+  spec.k = 2048;
+  spec.values = RaggedValues::few_values;
+  spec.transform = RaggedTransform::block_table;
+  spec.page_size = 32;
+  spec.request_offsets = true;
+  RaggedTopk t = make_ragged_topk(spec);
+  std::vector<std::int32_t> first, again;
+  DSA_ASSERT_OK(run_ragged(t, cpu_context(GetParam(), 3), &first));
+  DSA_ASSERT_OK(run_ragged(t, cpu_context(GetParam(), 1), &again));
+  EXPECT_EQ(first, again);
+  EXPECT_TRUE(ragged_matches(t, first));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, TopkRaggedPropertyTest, ::testing::ValuesIn(cpu_backends()), backend_label);
+
+// The CUDA kernels' records of the new row rules decode to messages that
+// name the argument and the rule.
+TEST(TopkDeviceErrors, RowStartAndRequestRecordsDecode) {
+  using dsa::detail::DeviceErrorRecord;
+  const dsa::Status start = dsa::detail::decode_device_error(
+      DeviceErrorRecord{dsa::detail::kRowStartOutOfRange, {3, 4100, 4000}}, "topk");
+  EXPECT_EQ(start.code(), dsa::ErrorCode::length_out_of_range);
+  EXPECT_NE(start.message().find("topk: row_starts: row 3 starts at column 4100, outside [0, 4000]"),
+            std::string::npos)
+      << start.message();
+  const dsa::Status request = dsa::detail::decode_device_error(
+      DeviceErrorRecord{dsa::detail::kRowWithoutRequest, {7, 2, 5}}, "topk");
+  EXPECT_EQ(request.code(), dsa::ErrorCode::invalid_argument);
+  EXPECT_NE(request.message().find("topk: request_offsets: row 7 lies in no request"), std::string::npos)
+      << request.message();
+  EXPECT_NE(request.message().find("request_offsets[2] = 5"), std::string::npos) << request.message();
+}
 
 }  // namespace
 }  // namespace dsa_test

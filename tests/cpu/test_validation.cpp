@@ -456,6 +456,23 @@ class TopkValidation : public ::testing::TestWithParam<dsa::Backend> {
   }
   dsa::Status call(int k = 32) { return dsa::topk(logits, lengths, k, indices, options, ctx); }
 
+  // The rules every optional int32 vector of TopkOptions shares (int32, rank
+  // 1, contiguous, on the logits' device), broken one at a time in *option,
+  // which holds a valid view of 4 entries and does so again at the end.
+  void expect_vector_rules(dsa::TensorView* option, const char* name) {
+    const dsa::TensorView good = *option;
+    *option = with_dtype(good, dsa::DType::int64);
+    EXPECT_TRUE(fails_with(call(), ErrorCode::bad_dtype, "topk", name));
+    *option = with_shape(good, {2, 2});
+    EXPECT_TRUE(fails_with(call(), ErrorCode::bad_shape, "topk", name));
+    std::vector<std::int32_t> spaced(8, 0);
+    *option = dsa::make_view(spaced.data(), dsa::DType::int32, {4}, {2});
+    EXPECT_TRUE(fails_with(call(), ErrorCode::bad_stride, "topk", name));
+    *option = on_cuda(good);
+    EXPECT_TRUE(fails_with(call(), ErrorCode::bad_device, "topk", name));
+    *option = good;
+  }
+
   dsa::ExecContext ctx;
   OwnedView values, output;
   std::vector<std::int32_t> lengths_storage;
@@ -538,6 +555,113 @@ TEST_P(TopkValidation, BlockTableTransformRules) {
   EXPECT_TRUE(fails_with(call(), ErrorCode::length_out_of_range, "topk", "block_table"));
   options.block_table = with_dtype(view_of(table, {2, 5}), dsa::DType::int64);
   EXPECT_TRUE(fails_with(call(), ErrorCode::bad_dtype, "topk", "block_table"));
+}
+
+TEST_P(TopkValidation, RowStartRules) {
+  // lengths {300, 0, 17, 299} over 300 columns.
+  std::vector<std::int32_t> starts{0, 300, 283, 1};
+  options.row_starts = view_of(starts, {4});
+  EXPECT_TRUE(call().ok());  // start + length == 300, and a row of length 0 starting at 300
+  starts[3] = 2;
+  EXPECT_TRUE(fails_with(call(), ErrorCode::length_out_of_range, "topk", "row_starts[3] = 2"));
+  starts[3] = 1;
+  starts[2] = -1;
+  EXPECT_TRUE(fails_with(call(), ErrorCode::length_out_of_range, "topk", "row_starts[2] = -1"));
+  starts[2] = 283;
+  starts[1] = 301;
+  EXPECT_TRUE(fails_with(call(), ErrorCode::length_out_of_range, "topk", "row_starts[1] = 301"));
+  starts[1] = 300;
+  options.row_starts = view_of(starts, {3});
+  EXPECT_TRUE(fails_with(call(), ErrorCode::bad_shape, "topk", "row_starts"));
+  options.row_starts = view_of(starts, {4});
+  expect_vector_rules(&options.row_starts, "row_starts");
+  EXPECT_TRUE(call().ok());
+}
+
+TEST_P(TopkValidation, PositionOffsetRules) {
+  std::vector<std::int32_t> offsets{10, 20, 30, 40};
+  options.position_offsets = view_of(offsets, {4});
+  EXPECT_TRUE(call().ok());
+  std::vector<std::int32_t> table(4 * 5, 7);
+  options.block_table = view_of(table, {4, 5});
+  const dsa::Status both = call();
+  EXPECT_TRUE(fails_with(both, ErrorCode::invalid_argument, "topk", "position_offsets"));
+  EXPECT_NE(both.message().find("block_table"), std::string::npos) << both.message();
+  options.block_table = {};
+  options.position_offsets = view_of(offsets, {2});
+  EXPECT_TRUE(fails_with(call(), ErrorCode::bad_shape, "topk", "position_offsets"));
+  options.position_offsets = view_of(offsets, {4});
+  expect_vector_rules(&options.position_offsets, "position_offsets");
+}
+
+TEST_P(TopkValidation, PageSizeRules) {
+  // The longest row (300) needs 300 / 1, 10 / 32 or 5 / 64 columns.
+  std::vector<std::int32_t> table(4 * 300, 7);
+  for (const int page_size : {0, -64, 16, 63, 128}) {
+    options.page_size = page_size;
+    EXPECT_TRUE(fails_with(call(), ErrorCode::invalid_argument, "topk", "page_size")) << page_size;
+  }
+  for (const int page_size : {1, 32, 64}) {
+    options.page_size = page_size;
+    options.block_table = view_of(table, {4, 300 / page_size + (300 % page_size != 0)});
+    EXPECT_TRUE(call().ok()) << page_size;
+    options.block_table = view_of(table, {4, 300 / page_size + (300 % page_size != 0) - 1});
+    EXPECT_TRUE(fails_with(call(), ErrorCode::length_out_of_range, "topk", "block_table")) << page_size;
+  }
+  // Entries must give int32 slots at the page size.
+  options.page_size = 32;
+  options.block_table = view_of(table, {4, 10});
+  table[9] = std::numeric_limits<std::int32_t>::max() / 32 + 1;
+  EXPECT_TRUE(fails_with(call(), ErrorCode::page_out_of_range, "topk", "block_table[0, 9]"));
+  options.page_size = 1;
+  options.block_table = view_of(table, {4, 300});
+  EXPECT_TRUE(call().ok());
+  table[299] = -1;  // row 0 has length 300: entry 299 is needed
+  EXPECT_TRUE(fails_with(call(), ErrorCode::page_out_of_range, "topk", "block_table[0, 299]"));
+}
+
+TEST_P(TopkValidation, RequestOffsetRules) {
+  std::vector<std::int32_t> table(3 * 5, 7);
+  std::vector<std::int32_t> offsets{0, 1, 1, 4};  // three requests, the second empty
+  options.block_table = view_of(table, {3, 5});
+  options.request_offsets = view_of(offsets, {4});
+  EXPECT_TRUE(call().ok());
+
+  options.block_table = {};
+  EXPECT_TRUE(fails_with(call(), ErrorCode::invalid_argument, "topk", "request_offsets"));
+  options.block_table = view_of(table, {3, 5});
+  options.rows_per_request = 2;
+  const dsa::Status both = call();
+  EXPECT_TRUE(fails_with(both, ErrorCode::invalid_argument, "topk", "request_offsets"));
+  EXPECT_NE(both.message().find("rows_per_request"), std::string::npos) << both.message();
+  options.rows_per_request = 1;
+  options.block_table = view_of(table, {2, 5});  // fewer rows than requests
+  EXPECT_TRUE(fails_with(call(), ErrorCode::bad_shape, "topk", "block_table"));
+  options.block_table = view_of(table, {3, 5});
+
+  expect_vector_rules(&options.request_offsets, "request_offsets");
+  options.request_offsets = view_of(offsets, {0});
+  EXPECT_TRUE(fails_with(call(), ErrorCode::bad_shape, "topk", "request_offsets"));
+
+  // Data rules (host memory): from 0, non-decreasing, to the number of rows.
+  options.request_offsets = view_of(offsets, {4});
+  offsets = {1, 1, 1, 4};
+  EXPECT_TRUE(fails_with(call(), ErrorCode::invalid_argument, "topk", "request_offsets[0] = 1"));
+  offsets = {0, 3, 2, 4};
+  EXPECT_TRUE(fails_with(call(), ErrorCode::invalid_argument, "topk", "request_offsets[2] = 2"));
+  offsets = {0, 1, 1, 3};
+  EXPECT_TRUE(fails_with(call(), ErrorCode::invalid_argument, "topk", "request_offsets[3] = 3"));
+  offsets = {0, 1, 1, 5};
+  EXPECT_TRUE(fails_with(call(), ErrorCode::invalid_argument, "topk", "request_offsets[3] = 5"));
+  // No rows, no requests: one entry, 0.
+  offsets = {0, 1, 1, 4};
+  std::vector<std::int32_t> only_zero{0};
+  options.request_offsets = view_of(only_zero, {1});
+  const OwnedView no_rows_out = int32_matrix(0, 32, 32, 0);
+  EXPECT_TRUE(dsa::topk(dsa::make_view(values.view.data, dsa::DType::float32, {0, 300}), view_of(lengths_storage, {0}),
+                        32, no_rows_out.view, options, ctx)
+                  .ok());
+  EXPECT_TRUE(fails_with(call(), ErrorCode::invalid_argument, "topk", "request_offsets[0] = 0"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, TopkValidation, ::testing::ValuesIn(cpu_backends()), backend_label);

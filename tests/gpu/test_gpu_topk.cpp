@@ -10,11 +10,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "common/ragged_topk.hpp"
 #include "common/reference.hpp"
 #include "dsa/dsa.hpp"
 #include "gpu/gpu_test_support.hpp"
@@ -155,6 +158,45 @@ constexpr int kRowsPerRequest = 2;
 constexpr int kExtraColumns = 3;  // output columns past k that must stay untouched
 constexpr std::int32_t kPoison = 0x7b7b7b7b;
 
+// Host logits ([rows, cols], row stride `stride`; float32 values or
+// bfloat16 bits) and lengths of one device call.
+struct HostLogits {
+  const void* data;
+  dsa::DType dtype;
+  std::int64_t rows, cols, stride;
+  std::size_t bytes;
+};
+
+// Runs topk on device copies of the logits and lengths into a poisoned
+// [rows, k + kExtraColumns] output, which it returns; options_of makes the
+// options from device copies of int32 host arrays.
+std::vector<std::int32_t> run_on_device(const HostLogits& host, const std::vector<std::int32_t>& lengths, int k,
+                                        const std::function<dsa::TopkOptions(const Int32ViewOf&)>& options_of,
+                                        dsa::Status* status, bool check_device_errors) {
+  std::deque<dsa::DeviceBuffer> arrays;  // the options' tensors, alive until the call has run
+  const Int32ViewOf device_array = [&arrays](const std::vector<std::int32_t>& array, std::int64_t rows,
+                                             std::int64_t cols) {
+    arrays.push_back(device_copy(array));
+    return cols == 0 ? device_view(arrays.back(), dsa::DType::int32, {rows})
+                     : device_view(arrays.back(), dsa::DType::int32, {rows, cols});
+  };
+  dsa::DeviceBuffer logits = device_copy(host.data, host.bytes);
+  const std::int64_t out_cols = k + kExtraColumns;
+  dsa::DeviceBuffer indices =
+      device_filled(static_cast<std::size_t>(host.rows * out_cols) * sizeof(std::int32_t), 0x7b);
+  dsa::ExecContext probe;
+  probe.backend = dsa::Backend::automatic;
+  GpuContext gpu(dsa::Backend::automatic, dsa::topk_workspace_bytes(host.rows, host.cols, k, probe));
+  gpu.ctx.check_device_errors = check_device_errors;
+  const dsa::TopkOptions options = options_of(device_array);
+  *status = dsa::topk(device_view(logits, host.dtype, {host.rows, host.cols}, {host.stride, 1}),
+                      device_array(lengths, host.rows, 0), k,
+                      device_view(indices, dsa::DType::int32, {host.rows, out_cols}), options, gpu.ctx);
+  const dsa::Status synced = gpu.sync();
+  EXPECT_TRUE(synced.ok()) << synced.to_string();
+  return host_copy<std::int32_t>(indices);
+}
+
 // Host inputs and the device call for one case.
 class TopkRun {
  public:
@@ -182,32 +224,20 @@ class TopkRun {
   // Runs the operation on a poisoned output; returns [rows, k + kExtraColumns].
   std::vector<std::int32_t> run(dsa::Status* status, bool check_device_errors = false) const {
     const bool bf16 = c_.dtype == dsa::DType::bfloat16;
-    dsa::DeviceBuffer logits =
-        bf16 ? device_copy(bf16_) : device_copy(values_);
-    dsa::DeviceBuffer lengths = device_copy(c_.lengths);
-    dsa::DeviceBuffer table = device_copy(block_table_);
-    const std::int64_t out_cols = c_.k + kExtraColumns;
-    dsa::DeviceBuffer indices =
-        device_filled(static_cast<std::size_t>(rows_ * out_cols) * sizeof(std::int32_t), 0x7b);
-    dsa::ExecContext probe;
-    probe.backend = dsa::Backend::automatic;
-    GpuContext gpu(dsa::Backend::automatic,
-                   dsa::topk_workspace_bytes(rows_, c_.cols, c_.k, probe));
-    gpu.ctx.check_device_errors = check_device_errors;
-    dsa::TopkOptions options;
-    options.sorted = c_.sorted;
-    if (c_.physical_slots) {
-      const std::int64_t requests = (rows_ + kRowsPerRequest - 1) / kRowsPerRequest;
-      options.block_table = device_view(table, dsa::DType::int32, {requests, max_blocks_});
-      options.rows_per_request = kRowsPerRequest;
-    }
-    *status = dsa::topk(device_view(logits, c_.dtype, {rows_, c_.cols}, {stride_, 1}),
-                        device_view(lengths, dsa::DType::int32, {rows_}), c_.k,
-                        device_view(indices, dsa::DType::int32, {rows_, out_cols}), options,
-                        gpu.ctx);
-    const dsa::Status synced = gpu.sync();
-    EXPECT_TRUE(synced.ok()) << synced.to_string();
-    return host_copy<std::int32_t>(indices);
+    const HostLogits logits{bf16 ? static_cast<const void*>(bf16_.data()) : values_.data(), c_.dtype, rows_,
+                            c_.cols, stride_,
+                            bf16 ? bf16_.size() * sizeof(std::uint16_t) : values_.size() * sizeof(float)};
+    const auto options_of = [&](const Int32ViewOf& device_array) {
+      dsa::TopkOptions options;
+      options.sorted = c_.sorted;
+      if (c_.physical_slots) {
+        const std::int64_t requests = (rows_ + kRowsPerRequest - 1) / kRowsPerRequest;
+        options.block_table = device_array(block_table_, requests, max_blocks_);
+        options.rows_per_request = kRowsPerRequest;
+      }
+      return options;
+    };
+    return run_on_device(logits, c_.lengths, c_.k, options_of, status, check_device_errors);
   }
 
   // Checks every row against the reference (rows whose length is out of
@@ -481,6 +511,192 @@ TEST(GpuTopk, LengthBeyondLogitsIsReportedFromTheDevice) {
   const std::vector<std::int32_t> got = run.run(&status, /*check_device_errors=*/true);
   EXPECT_EQ(status.code(), dsa::ErrorCode::length_out_of_range) << status.to_string();
   EXPECT_TRUE(run.check(got));
+}
+
+// ---- Ragged rows and output transforms (TopkOptions) ----------------------
+//
+// Few rows over wide logits (kClusterColumns, kClusterRows) take the cluster
+// kernel on sm_90 (split_pays in topk.cu: columns beyond one CTA's candidate
+// list); many rows or narrow logits take one CTA per row.
+
+constexpr std::int64_t kClusterColumns = 200000;
+constexpr std::int64_t kClusterRows = 10;
+
+std::vector<std::int32_t> run_ragged(const RaggedTopk& t, dsa::Status* status, bool check_device_errors = false) {
+  const bool bf16 = t.spec.bf16;
+  const HostLogits logits{bf16 ? static_cast<const void*>(t.bf16.data()) : t.values.data(),
+                          bf16 ? dsa::DType::bfloat16 : dsa::DType::float32, t.spec.rows, t.spec.cols, t.stride,
+                          bf16 ? t.bf16.size() * sizeof(std::uint16_t) : t.values.size() * sizeof(float)};
+  return run_on_device(logits, t.lengths, t.spec.k,
+                       [&t](const Int32ViewOf& device_array) { return ragged_options(t, device_array); }, status,
+                       check_device_errors);
+}
+
+// The output matches the reference, and the columns past k are untouched.
+::testing::AssertionResult ragged_matches(const RaggedTopk& t, const std::vector<std::int32_t>& got) {
+  const std::string mismatch = t.mismatch(got.data(), t.spec.k + kExtraColumns, kPoison);
+  if (mismatch.empty()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << mismatch;
+}
+
+void expect_ragged_matches(const RaggedTopkSpec& spec) {
+  const RaggedTopk t = make_ragged_topk(spec);
+  dsa::Status status;
+  const std::vector<std::int32_t> got = run_ragged(t, &status, /*check_device_errors=*/true);
+  ASSERT_TRUE(status.ok()) << status.to_string();
+  EXPECT_TRUE(ragged_matches(t, got));
+}
+
+std::string ragged_trace(const RaggedOptionSet& o, const RaggedTopkSpec& spec) {
+  return std::string(o.name) + " " + ragged_values_name(spec.values) + " k=" + std::to_string(spec.k) +
+         (spec.bf16 ? " bf16" : " fp32") + (spec.sorted ? " sorted" : " unsorted");
+}
+
+// Every option combination, value distribution, k, dtype and order; rows
+// of up to a few thousand positions, one CTA each.
+TEST(GpuTopkRagged, EveryOptionOneCtaPerRow) {
+  DSA_REQUIRE_GPU();
+  std::uint64_t seed = 1000;
+  for (const RaggedOptionSet& o : ragged_option_sets()) {
+    for (RaggedValues values : {RaggedValues::normal, RaggedValues::few_values, RaggedValues::specials}) {
+      for (int k : {1, 7, 2048}) {
+        for (bool bf16 : {false, true}) {
+          for (bool sorted : {false, true}) {
+            const RaggedTopkSpec spec = short_rows_spec(k, values, bf16, sorted, seed++);
+            SCOPED_TRACE(ragged_trace(o, spec));
+            expect_ragged_matches(o.applied_to(spec));
+          }
+        }
+      }
+    }
+  }
+}
+
+// Long rows at misaligned starts, more rows than one wave of CTAs (the
+// second wave takes them longest first).
+TEST(GpuTopkRagged, LongRowsOneCtaPerRow) {
+  DSA_REQUIRE_GPU();
+  const std::vector<RaggedOptionSet>& sets = ragged_option_sets();
+  for (const RaggedOptionSet& o : {sets[1], sets[5], sets[7]}) {
+    RaggedTopkSpec spec;
+    spec.rows = 300;
+    spec.cols = 60000;
+    spec.k = 2048;
+    spec.values = RaggedValues::few_values;
+    spec.bf16 = o.page_size == 1;
+    spec.seed = 77;
+    SCOPED_TRACE(ragged_trace(o, spec));
+    expect_ragged_matches(o.applied_to(spec));
+  }
+}
+
+// Every option combination on rows split over a cluster of CTAs.
+TEST(GpuTopkRagged, EveryOptionOnClusters) {
+  DSA_REQUIRE_GPU();
+  std::uint64_t seed = 2000;
+  for (const RaggedOptionSet& o : ragged_option_sets()) {
+    for (int variant = 0; variant < 3; ++variant) {
+      RaggedTopkSpec spec;
+      spec.rows = kClusterRows;
+      spec.cols = kClusterColumns;
+      spec.values = variant == 0 ? RaggedValues::normal : variant == 1 ? RaggedValues::few_values
+                                                                       : RaggedValues::specials;
+      spec.k = variant == 1 ? 7 : 2048;
+      spec.bf16 = variant == 1;
+      spec.sorted = variant != 0;
+      spec.seed = seed++;
+      SCOPED_TRACE(ragged_trace(o, spec));
+      expect_ragged_matches(o.applied_to(spec));
+    }
+  }
+}
+
+// A ragged problem on either kernel: narrow logits over many rows, or wide
+// ones over a few.
+RaggedTopkSpec ragged_spec(bool clusters, const RaggedOptionSet& o, std::uint64_t seed) {
+  RaggedTopkSpec spec;
+  spec.rows = clusters ? kClusterRows : 24;
+  spec.cols = clusters ? kClusterColumns : 5000;
+  spec.k = 100;
+  spec.seed = seed;
+  return o.applied_to(spec);
+}
+
+// Runs t, some of whose rows break a rule only the device can check, and
+// expects the violation's status (naming `argument`), those rows -1 and the
+// others exact.
+void expect_reported_from_the_device(const RaggedTopk& t, dsa::ErrorCode code, const char* argument) {
+  dsa::Status status;
+  const std::vector<std::int32_t> got = run_ragged(t, &status, /*check_device_errors=*/true);
+  EXPECT_EQ(status.code(), code) << status.to_string();
+  EXPECT_NE(status.message().find(argument), std::string::npos) << status.to_string();
+  EXPECT_TRUE(ragged_matches(t, got));
+}
+
+// A start past the columns its length leaves, or a negative one.
+TEST(GpuTopkRagged, StartOutsideTheColumnsIsReportedFromTheDevice) {
+  DSA_REQUIRE_GPU();
+  for (bool clusters : {false, true}) {
+    SCOPED_TRACE(clusters ? "clusters" : "one CTA per row");
+    RaggedTopk t = make_ragged_topk(ragged_spec(clusters, ragged_option_sets()[1], 41));
+    t.row_starts[2] = static_cast<std::int32_t>(t.spec.cols - t.lengths[2] + 1);
+    t.row_starts[6] = -1;
+    expect_reported_from_the_device(t, dsa::ErrorCode::length_out_of_range, "row_starts");
+  }
+}
+
+// request_offsets that leave rows outside every request (the first and the
+// last two).
+TEST(GpuTopkRagged, RowWithoutRequestIsReportedFromTheDevice) {
+  DSA_REQUIRE_GPU();
+  for (bool clusters : {false, true}) {
+    SCOPED_TRACE(clusters ? "clusters" : "one CTA per row");
+    RaggedTopk t = make_ragged_topk(ragged_spec(clusters, ragged_option_sets()[6], 43));
+    const auto last = static_cast<std::int32_t>(t.spec.rows - 2);
+    for (std::int32_t& entry : t.request_offsets) entry = std::clamp(entry, 1, last);
+    expect_reported_from_the_device(t, dsa::ErrorCode::invalid_argument, "request_offsets");
+  }
+}
+
+// A block table too narrow for the longer rows at their page size (32, then
+// 1 with request_offsets): those rows are recorded and -1.
+TEST(GpuTopkRagged, TableTooNarrowForThePageSizeIsReportedFromTheDevice) {
+  DSA_REQUIRE_GPU();
+  for (bool clusters : {false, true}) {
+    for (const RaggedOptionSet& o : {ragged_option_sets()[4], ragged_option_sets()[5]}) {
+      SCOPED_TRACE(std::string(o.name) + (clusters ? " clusters" : " one CTA per row"));
+      RaggedTopk t = make_ragged_topk(ragged_spec(clusters, o, 45));
+      const std::int64_t columns = (t.spec.cols / 2) / o.page_size;  // rows beyond half the width need more
+      std::vector<std::int32_t> narrow;
+      for (std::int64_t q = 0; q < t.table_rows; ++q) {
+        const auto row = t.block_table.begin() + q * t.max_blocks;
+        narrow.insert(narrow.end(), row, row + columns);
+      }
+      t.block_table = narrow;
+      t.max_blocks = columns;
+      expect_reported_from_the_device(t, dsa::ErrorCode::length_out_of_range, "block_table");
+    }
+  }
+}
+
+TEST(GpuTopkRagged, BitwiseRepeatable) {
+  DSA_REQUIRE_GPU();
+  for (bool clusters : {false, true}) {
+    for (const RaggedOptionSet& o : {ragged_option_sets()[1], ragged_option_sets()[5]}) {
+      RaggedTopkSpec spec = ragged_spec(clusters, o, 47);
+      spec.k = 2048;
+      spec.values = RaggedValues::few_values;
+      SCOPED_TRACE(ragged_trace(o, spec) + (clusters ? " clusters" : ""));
+      const RaggedTopk t = make_ragged_topk(spec);
+      dsa::Status status;
+      const std::vector<std::int32_t> first = run_ragged(t, &status);
+      ASSERT_TRUE(status.ok()) << status.to_string();
+      EXPECT_TRUE(ragged_matches(t, first));
+      for (int repeat = 0; repeat < 2; ++repeat) {
+        EXPECT_EQ(first, run_ragged(t, &status)) << "run " << repeat + 1;
+      }
+    }
+  }
 }
 
 }  // namespace

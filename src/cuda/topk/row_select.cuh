@@ -92,10 +92,15 @@ struct TopkArgs {
   std::int32_t* indices = nullptr;
   std::int64_t indices_stride = 0;
   bool sorted = false;
+  const std::int32_t* row_starts = nullptr;
+  const std::int32_t* position_offsets = nullptr;
   const std::int32_t* block_table = nullptr;
   std::int64_t block_table_stride = 0;
   std::int64_t max_blocks = 0;
+  int page_size = 64;
   int rows_per_request = 1;
+  const std::int32_t* request_offsets = nullptr;
+  std::int64_t requests = 0;
   DeviceErrorRecord* error = nullptr;
   int group_size = 1;  // CTAs per row
   // First CTA of the second wave: the CTAs from it on take the rows from it
@@ -114,10 +119,15 @@ inline TopkArgs topk_args(const TopkProblem& p, DeviceErrorRecord* error) {
   args.indices = p.indices;
   args.indices_stride = p.indices_stride;
   args.sorted = p.sorted;
+  args.row_starts = p.row_starts;
+  args.position_offsets = p.position_offsets;
   args.block_table = p.block_table;
   args.block_table_stride = p.block_table_stride;
   args.max_blocks = p.max_blocks;
+  args.page_size = p.page_size;
   args.rows_per_request = p.rows_per_request;
+  args.request_offsets = p.request_offsets;
+  args.requests = p.requests;
   args.error = error;
   return args;
 }
@@ -149,6 +159,8 @@ struct RowShared {
   FoundBin found[2];
   int overflow;
   int ordered_row;      // row_by_length's choice
+  int request;          // the row's request under request_offsets (-1: none)
+  int first_column;     // where the row's candidates start (row_values)
   int range_count;
   Rank range_min;
   Rank range_max;
@@ -322,21 +334,31 @@ __device__ inline FoundBin find_threshold_bin(const int* histogram, int target, 
   return found[0];
 }
 
-// Position p of row `row` as written to the output (cache slot when a block
-// table is given).
-__device__ inline std::int32_t output_slot(const TopkArgs& a, std::int64_t row, int position) {
-  if (a.block_table == nullptr) return position;
-  const std::int32_t* table = a.block_table + (row / a.rows_per_request) * a.block_table_stride;
-  return static_cast<std::int32_t>(static_cast<std::int64_t>(table[position / 64]) * 64 +
-                                   position % 64);
+// Row `row`'s output transform (common/logit_rules.hpp). Its request is
+// looked up only with a block table; under request_offsets, select_row has
+// left it in s.request (one search per row, not per output). The writers
+// below derive it after their last barrier rather than hold it through
+// the selection: the cluster kernel has no register to spare.
+__device__ inline TopkRowOutput row_output(const TopkArgs& a, std::int64_t row, const RowShared& s) {
+  const std::int64_t request = a.block_table == nullptr       ? 0
+                               : a.request_offsets != nullptr ? s.request
+                                                              : row / a.rows_per_request;
+  return topk_row_output(a, row, request);
 }
 
-// Positions 0 .. length-1, then -1 padding.
-__device__ inline void write_all_positions(const TopkArgs& a, std::int64_t row, int length,
+// Positions 0 .. length-1 (transformed), then -1 padding.
+__device__ inline void write_all_positions(const TopkArgs& a, const TopkRowOutput& output, int length,
                                            std::int32_t* out) {
   for (int i = static_cast<int>(threadIdx.x); i < a.k; i += kThreads) {
-    out[i] = i < length ? output_slot(a, row, i) : -1;
+    out[i] = i < length ? output(i) : -1;
   }
+}
+// For index_topk's selection (list_select.cuh), whose rows map to requests
+// by rows_per_request alone (its TopkArgs carry no request_offsets).
+__device__ inline void write_all_positions(const TopkArgs& a, std::int64_t row, int length,
+                                           std::int32_t* out) {
+  write_all_positions(a, topk_row_output(a, row, a.block_table == nullptr ? 0 : row / a.rows_per_request),
+                      length, out);
 }
 
 template <typename Bits>
@@ -1035,9 +1057,10 @@ __device__ inline int write_in_list_order(const TopkArgs& a, std::int64_t row,
                                           const CandidateRanks& list, Rank floor,
                                           SharedStorage& sm, std::int32_t* out) {
   const WinnerSlots slots = winner_slots(list, floor, sm.s);
+  const TopkRowOutput output = row_output(a, row, sm.s);
   for_each_winner(list, floor, slots.first_of_warp, [&](Rank v, int slot) {
     // More than k winners only after a reported error (a rank listed twice).
-    if (slot < a.k) out[slot] = output_slot(a, row, static_cast<int>(position_of(v)));
+    if (slot < a.k) out[slot] = output(static_cast<std::int32_t>(position_of(v)));
   });
   return min(slots.total, a.k);
 }
@@ -1064,10 +1087,11 @@ __device__ inline int write_in_position_order(const TopkArgs& a, std::int64_t ro
   for (int w = first; w < min(first + per_thread, words); ++w) mine += __popc(sm.bitmap[w]);
   int total = 0;
   int slot = block_exclusive_sum(mine, sm.s.warp_sums, &total);
+  const TopkRowOutput output = row_output(a, row, sm.s);
   for (int w = first; w < min(first + per_thread, words); ++w) {
     for (std::uint32_t marks = sm.bitmap[w]; marks != 0; marks &= marks - 1) {
       // More than k marks only after a reported error (a rank listed twice).
-      if (slot < a.k) out[slot] = output_slot(a, row, w * 32 + __ffs(static_cast<int>(marks)) - 1);
+      if (slot < a.k) out[slot] = output(w * 32 + __ffs(static_cast<int>(marks)) - 1);
       ++slot;
     }
   }
@@ -1106,10 +1130,11 @@ __device__ inline int write_candidates(const TopkArgs& a, std::int64_t row, int 
     const int end_bit = a.sorted ? 64 : 32 - __clz(length);
     RankSort(sm.sort).Sort(items, 0, end_bit);
   }
+  const TopkRowOutput output = row_output(a, row, sm.s);
 #pragma unroll
   for (int m = 0; m < kItemsPerThread; ++m) {
     const int i = static_cast<int>(threadIdx.x) * kItemsPerThread + m;
-    if (i < count) out[i] = output_slot(a, row, static_cast<int>(static_cast<std::uint32_t>(items[m])));
+    if (i < count) out[i] = output(static_cast<std::int32_t>(static_cast<std::uint32_t>(items[m])));
   }
   return count;
 }
@@ -1121,6 +1146,7 @@ __device__ void write_equal_positions(const TopkArgs& a, std::int64_t row, const
                                       int length, std::uint32_t key, int needed,
                                       std::int32_t* out, RowShared& s) {
   constexpr int kChunk = kThreads * kVectorItems;  // consecutive positions per thread
+  const TopkRowOutput output = row_output(a, row, s);
   int taken = 0;
   for (int base = 0; base < length && taken < needed; base += kChunk * kLoadsAhead) {
     bool equal[kLoadsAhead][kVectorItems];
@@ -1144,7 +1170,7 @@ __device__ void write_equal_positions(const TopkArgs& a, std::int64_t row, const
       for (int m = 0; m < kVectorItems; ++m) {
         if (equal[u][m]) {
           const int p = base + u * kChunk + static_cast<int>(threadIdx.x) * kVectorItems + m;
-          if (rank < needed) out[rank] = output_slot(a, row, p);
+          if (rank < needed) out[rank] = output(p);
           ++rank;
         }
       }
@@ -1211,6 +1237,15 @@ __device__ inline int ordered_row(const SharedStorage& sm) {
   return *static_cast<const volatile int*>(&sm.s.ordered_row);
 }
 
+// The row's candidates after the scan, from the start select_row left in
+// shared memory, read again at each use rather than held in a register
+// through the selection (as ordered_row).
+template <typename Bits>
+__device__ const Bits* row_values(const TopkArgs& a, std::int64_t row, const SharedStorage& sm) {
+  return static_cast<const Bits*>(a.logits) + row * a.logits_stride +
+         *static_cast<const volatile int*>(&sm.s.first_column);
+}
+
 // The row row_of() names, shared by the Group::size() CTAs of a group.
 // row_of is asked again after the scan rather than its answer held through
 // it: the scan's loads need every register.
@@ -1220,22 +1255,35 @@ __device__ void select_row(const TopkArgs& a, RowOf&& row_of, SharedStorage& sm)
   const unsigned group_rank = Group::rank();
   std::int64_t row = row_of();
   const int length = a.lengths[row * a.lengths_stride];
+  // Any column: the loads below take a row's unaligned head and tail one
+  // value at a time and the rest as aligned vectors.
+  const int first_column = topk_row_start(a, row);
   std::int32_t* out = a.indices + row * a.indices_stride;
 
-  const std::int32_t error = topk_length_violation(length, a.cols, a.block_table != nullptr, a.max_blocks);
-  if (error != kNoDeviceError || length <= a.k) {
+  TopkRowViolation violation = topk_row_violation(a, length, first_column);
+  if (a.request_offsets != nullptr) {
+    // One thread searches the row's request; the CTA reads its answer.
+    if (threadIdx.x == 0) sm.s.request = static_cast<int>(topk_request(a, row));
+    __syncthreads();
+    if (violation.kind == kNoDeviceError && sm.s.request < 0) {
+      violation = {kRowWithoutRequest, a.requests, a.request_offsets[a.requests]};
+    }
+  }
+  const bool refused = violation.kind != kNoDeviceError;
+  if (refused || length <= a.k) {
     if (group_rank == 0) {
-      if (error != kNoDeviceError && threadIdx.x == 0) {
-        report_device_error(a.error, error, row, length,
-                            topk_length_limit(error, a.cols, a.max_blocks));
+      if (refused && threadIdx.x == 0) {
+        report_device_error(a.error, violation.kind, row, violation.value, violation.bound);
       }
-      write_all_positions(a, row, error != kNoDeviceError ? 0 : length, out);
+      // A refused row selects nothing: all -1, no transform read.
+      write_all_positions(a, refused ? TopkRowOutput{} : row_output(a, row, sm.s), refused ? 0 : length, out);
     }
     return;
   }
 
-  const Bits* bits = static_cast<const Bits*>(a.logits) + row * a.logits_stride;
+  const Bits* bits = static_cast<const Bits*>(a.logits) + row * a.logits_stride + first_column;
   if (threadIdx.x == 0) {
+    sm.s.first_column = first_column;
     sm.s.equal_count = 0;
     sm.s.candidate_count = 0;
     sm.s.sample_min = ~0u;
@@ -1249,7 +1297,6 @@ __device__ void select_row(const TopkArgs& a, RowOf&& row_of, SharedStorage& sm)
   const int end = static_cast<int>(min(begin + share, static_cast<std::int64_t>(length)));
   scan_segment(bits, begin, end, sm);
   row = row_of();
-  bits = static_cast<const Bits*>(a.logits) + row * a.logits_stride;
   out = a.indices + row * a.indices_stride;
   // The first CTA of a group packs its list to make room for the group's
   // winners; the others push theirs from their slices.
@@ -1292,7 +1339,7 @@ __device__ void select_row(const TopkArgs& a, RowOf&& row_of, SharedStorage& sm)
   if (!gathered) {
     // The sample misjudged the row: narrow over the whole row until the
     // candidates fit, then collect them.
-    const RowRanks<Bits> whole_row{bits, length};
+    const RowRanks<Bits> whole_row{row_values<Bits>(a, row, sm), length};
     r = {0, ~Rank{0}, a.k};
     if (!narrow(whole_row, r, a.k, kCandidateCapacity, sm)) report_disagreement(a, row);
     list = CandidateRanks::contiguous(sm.candidates, collect_candidates(whole_row, r.low, sm));
@@ -1300,7 +1347,8 @@ __device__ void select_row(const TopkArgs& a, RowOf&& row_of, SharedStorage& sm)
     // The k-th largest key is `low`: every candidate wins, then the first
     // equal keys in position order.
     const int written = write_candidates(a, row, length, list, 0, sm, out);
-    write_equal_positions(a, row, bits, length, low, a.k - written, out + written, sm.s);
+    write_equal_positions(a, row, row_values<Bits>(a, row, sm), length, low, a.k - written, out + written,
+                          sm.s);
     return;
   } else {
     const std::uint64_t bin_low = std::uint64_t{low} + 1 + (static_cast<std::uint64_t>(bin - 1) << shift);
