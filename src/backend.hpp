@@ -29,6 +29,10 @@ Status index_topk(const IndexTopkProblem& p, bool parallel, const ExecContext& c
 namespace cuda {
 // Largest next_n the Hopper kernels score natively (one unit of rows).
 inline constexpr int kMaxNativeRows = 8;
+// Tokens per cache page the Hopper kernels (and the fused index_topk pieces
+// they feed) are compiled for; caches of other page sizes go to the generic
+// kernels.
+inline constexpr int kHopperPageTokens = 64;
 // All are stream-ordered on ctx.stream, allocation-free, and use
 // ctx.workspace (its first kDeviceErrorRecordBytes hold the error record).
 Status store_index_keys(const StoreKeysProblem& p, const ExecContext& ctx);

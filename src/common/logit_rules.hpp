@@ -16,19 +16,20 @@
 
 namespace dsa::detail {
 
-// Block-table columns a row of `length` key positions reads.
-DSA_HD std::int64_t pages_for_length(std::int64_t length) {
-  return (length + kPageTokens - 1) / kPageTokens;
+// Block-table columns a row of `length` key positions reads from pages of
+// `page_tokens` tokens: ceil(length / P).
+DSA_HD std::int64_t pages_for_length(std::int64_t length, int page_tokens) {
+  return (length + page_tokens - 1) / page_tokens;
 }
 
 // The rule a scoring row's context length breaks, or kNoDeviceError:
-// 0 <= L <= max_context_len, and its pages within the block table's
-// max_blocks columns.
+// 0 <= L <= max_context_len, and its pages of `page_tokens` tokens within
+// the block table's max_blocks columns.
 DSA_HD std::int32_t scoring_length_violation(std::int64_t length, std::int64_t max_context_len,
-                                             std::int64_t max_blocks) {
+                                             std::int64_t max_blocks, int page_tokens) {
   if (length < 0) return kNegativeLength;
   if (length > max_context_len) return kLengthBeyondMaxContext;
-  if (pages_for_length(length) > max_blocks) return kLengthBeyondBlockTable;
+  if (pages_for_length(length, page_tokens) > max_blocks) return kLengthBeyondBlockTable;
   return kNoDeviceError;
 }
 
@@ -42,12 +43,13 @@ DSA_HD std::int64_t scoring_length_limit(std::int32_t violation, std::int64_t ma
 
 // The rule a top-k row length breaks, or kNoDeviceError: 0 <= L <= cols
 // and, when a block table turns positions into slots, its pages within the
-// table's max_blocks columns.
+// table's max_blocks columns (the top-k's slot transform reads pages of
+// kDefaultPageTokens: TopkOptions has no page size).
 DSA_HD std::int32_t topk_length_violation(std::int64_t length, std::int64_t cols, bool block_table,
                                           std::int64_t max_blocks) {
   if (length < 0) return kNegativeLength;
   if (length > cols) return kLengthBeyondLogits;
-  if (block_table && pages_for_length(length) > max_blocks) return kLengthBeyondBlockTable;
+  if (block_table && pages_for_length(length, kDefaultPageTokens) > max_blocks) return kLengthBeyondBlockTable;
   return kNoDeviceError;
 }
 
@@ -68,8 +70,10 @@ DSA_HD std::int32_t topk_lens_violation(std::int64_t topk_length, std::int64_t c
 // rows are never scored (they hold invalid_logit()).
 DSA_HD std::int64_t usable_length(const LogitsProblem& p, std::int64_t b, std::int64_t j) {
   const std::int64_t length = row_length(p.lens, b, j);
-  return scoring_length_violation(length, p.max_context_len, p.max_blocks) == kNoDeviceError ? length
-                                                                                              : 0;
+  return scoring_length_violation(length, p.max_context_len, p.max_blocks, p.cache.page_tokens) ==
+                 kNoDeviceError
+             ? length
+             : 0;
 }
 
 // What a logits position holds when no score is computed for it: NaN over a

@@ -16,11 +16,22 @@
 #include "backend.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/parallel.hpp"
+#include "common/cache_format.hpp"
 #include "common/schedule_walk.hpp"
 #include "validate.hpp"
 
 namespace dsa::detail::cpu {
 namespace {
+
+// Rewrites a row's selected positions as slots of the cache's pages; -1
+// stays. (topk's positions_to_slots reads 64-token pages: TopkOptions has no
+// page size yet.)
+void positions_to_cache_slots(const LogitsProblem& p, std::int64_t request, int k, std::int32_t* out) {
+  const std::int32_t* table_row = p.block_table + request * p.block_table_stride;
+  for (int i = 0; i < k; ++i) {
+    if (out[i] >= 0) out[i] = position_slot(table_row, out[i], p.cache.page_tokens);
+  }
+}
 
 std::int64_t topk_length(const IndexTopkProblem& p, std::int64_t row) {
   if (p.topk_lens != nullptr) return p.topk_lens[row * p.topk_lens_stride];
@@ -95,9 +106,7 @@ Status index_topk(const IndexTopkProblem& p, bool parallel, const ExecContext& c
       }
       std::int32_t* out = p.indices + row * p.indices_stride;
       select_row(values, length, p.k, p.sorted, &s.select, out);
-      if (p.physical_slots) {
-        positions_to_slots(scoring.block_table + (row / scoring.next_n) * scoring.block_table_stride, p.k, out);
-      }
+      if (p.physical_slots) positions_to_cache_slots(scoring, row / scoring.next_n, p.k, out);
     }
   };
   const std::int64_t groups = scoring.rows() / group_rows;

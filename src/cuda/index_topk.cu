@@ -27,6 +27,7 @@
 #include "cuda/generic_kernels.hpp"
 #include "cuda/hopper/logits_sm90.hpp"
 #include "cuda/launch_utils.hpp"
+#include "common/cache_format.hpp"
 #include "common/logit_rules.hpp"
 #include "cuda/row_samples.hpp"
 #include "cuda/topk/list_select.cuh"
@@ -314,13 +315,38 @@ TopkProblem selection_problem(const IndexTopkProblem& p, const std::int32_t* len
   select.indices = p.indices;
   select.indices_stride = p.indices_stride;
   select.sorted = p.sorted;
-  if (p.physical_slots) {
+  // The top-k writes slots of 64-token pages (TopkOptions has no page size
+  // yet); slots of other pages are written by launch_cache_slots.
+  if (p.physical_slots && p.logits.cache.page_tokens == kDefaultPageTokens) {
     select.block_table = p.logits.block_table;
     select.block_table_stride = p.logits.block_table_stride;
     select.max_blocks = p.logits.max_blocks;
     select.rows_per_request = static_cast<int>(p.logits.next_n);
   }
   return select;
+}
+
+// Rewrites the selected positions of every row as slots of the cache's
+// pages; -1 stays.
+__global__ void __launch_bounds__(kLengthThreads)
+    cache_slots_kernel(LogitsProblem p, std::int32_t* indices, std::int64_t indices_stride, int k) {
+  for (std::int64_t row = blockIdx.x; row < p.batch * p.next_n; row += gridDim.x) {
+    const std::int32_t* table_row = p.block_table + row / p.next_n * p.block_table_stride;
+    for (int i = static_cast<int>(threadIdx.x); i < k; i += kLengthThreads) {
+      std::int32_t& index = indices[row * indices_stride + i];
+      if (index >= 0) index = position_slot(table_row, index, p.cache.page_tokens);
+    }
+  }
+}
+
+// physical_slots for the pages selection_problem leaves to this pass.
+Status launch_cache_slots(const IndexTopkProblem& p, const TopkProblem& select, const ExecContext& ctx) {
+  const std::int64_t rows = p.logits.rows();
+  if (!p.physical_slots || select.block_table != nullptr || rows == 0) return Status::success();
+  cache_slots_kernel<<<grid_for(rows, 1, 1u << 16), kLengthThreads, 0, stream_of(ctx)>>>(
+      p.logits, p.indices, p.indices_stride, p.k);
+  DSA_CUDA_CHECK_LAUNCH("cache_slots_kernel");
+  return Status::success();
 }
 
 Status launch_topk_lengths(const IndexTopkProblem& p, std::int32_t* lengths, const ExecContext& ctx) {
@@ -428,7 +454,8 @@ Status index_topk(const IndexTopkProblem& p, bool hopper, const ExecContext& ctx
   DSA_RETURN_IF_ERROR(launch_paged_mqa_logits(scoring, hopper, ctx));
 
   const TopkProblem select = selection_problem(p, lengths, scoring.logits, scoring.logits_stride);
-  return launch_topk(select, ctx);
+  DSA_RETURN_IF_ERROR(launch_topk(select, ctx));
+  return launch_cache_slots(p, select, ctx);
 }
 
 }  // namespace dsa::detail::cuda
