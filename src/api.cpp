@@ -64,6 +64,9 @@ bool hopper_candidate(Device device, const ExecContext& ctx) {
          cuda::hopper_available(device.index);
 }
 
+// The page size takes no part, so that plan_schedule, which sees no cache,
+// resolves `automatic` as the scoring call does; where the Hopper kernels do
+// not read the cache's pages, the generic kernels serve either path.
 LogitsPath resolve_path(LogitsPath requested, std::int64_t next_n, std::int64_t heads, int head_dim,
                         Device device, const ExecContext& ctx) {
   if (requested != LogitsPath::automatic) return requested;
@@ -82,8 +85,14 @@ Status select_scoring_engine(const char* op, const detail::LogitsProblem& p, con
                              Engine* engine) {
   DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, engine));
   if (!is_cuda_engine(*engine)) return Status::success();
+  if (ctx.backend == Backend::cuda_hopper && p.cache.page_tokens != cuda::kHopperPageTokens) {
+    return {ErrorCode::unsupported,
+            std::string(op) + ": ctx.backend: cuda_hopper reads caches of " +
+                std::to_string(cuda::kHopperPageTokens) + "-token pages only, this one has " +
+                std::to_string(p.cache.page_tokens) + "-token pages; use automatic or cuda_generic"};
+  }
   const bool hopper_serves =
-      hopper_candidate(p.device, ctx) &&
+      hopper_candidate(p.device, ctx) && p.cache.page_tokens == cuda::kHopperPageTokens &&
       cuda::hopper_supports_native(p.rows_per_unit(), static_cast<int>(p.heads), p.head_dim);
   if (ctx.backend == Backend::cuda_hopper && !hopper_serves) {
     return {ErrorCode::unsupported,
@@ -285,7 +294,7 @@ Status paged_mqa_logits(const TensorView& q, const TensorView& key_cache, const 
   const char* op = "paged_mqa_logits";
   detail::LogitsProblem p;
   DSA_RETURN_IF_ERROR(detail::validate_scoring_inputs(
-      op, {q, key_cache, weights, context_lens, block_table, schedule, max_context_len}, &p));
+      op, {q, key_cache, weights, context_lens, block_table, schedule, max_context_len, options.page_size}, &p));
   DSA_RETURN_IF_ERROR(detail::validate_logits_output(logits, options, &p));
   p.path = resolve_path(options.path, p.next_n, p.heads, p.head_dim, p.device, ctx);
   Engine engine;
@@ -326,7 +335,8 @@ Status index_topk(const TensorView& q, const TensorView& key_cache, const Tensor
   const char* op = "index_topk";
   detail::IndexTopkProblem p;
   DSA_RETURN_IF_ERROR(detail::validate_scoring_inputs(
-      op, {q, key_cache, weights, context_lens, block_table, schedule, max_context_len}, &p.logits));
+      op, {q, key_cache, weights, context_lens, block_table, schedule, max_context_len, options.page_size},
+      &p.logits));
   DSA_RETURN_IF_ERROR(detail::validate_index_topk_outputs(topk_lens, indices, options, &p));
   p.logits.path = resolve_path(options.path, p.logits.next_n, p.logits.heads, p.logits.head_dim,
                                p.logits.device, ctx);
@@ -335,9 +345,14 @@ Status index_topk(const TensorView& q, const TensorView& key_cache, const Tensor
   const bool on_cuda = is_cuda_engine(engine);
   const bool fused = on_cuda ? fused_on_cuda(options.strategy) : fused_on_cpu(options.strategy);
   if (fused && engine == Engine::cuda_generic) {
+    const int page_tokens = p.logits.cache.page_tokens;
     return {ErrorCode::unsupported,
             "index_topk: strategy: the fused pass on CUDA runs on the Hopper kernels only (sm_90, "
-            "H in {32, 64}, D == 128); use automatic or logits_then_topk"};
+            "H in {32, 64}, D == 128, " + std::to_string(cuda::kHopperPageTokens) + "-token pages" +
+                (page_tokens == cuda::kHopperPageTokens
+                     ? std::string()
+                     : "; this cache has " + std::to_string(page_tokens) + "-token pages") +
+                "); use automatic or logits_then_topk"};
   }
   p.fused = fused;
   if (!on_cuda) return run_cpu(op, [&] { return cpu::index_topk(p, engine == Engine::cpu_parallel, ctx); });

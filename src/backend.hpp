@@ -61,6 +61,10 @@ class OperationScope {
   DeviceGuard device_;
 };
 
+// Tokens per cache page the Hopper kernels (and the fused index_topk pieces
+// they feed) are compiled for; caches of other page sizes go to the generic
+// kernels.
+inline constexpr int kHopperPageTokens = 64;
 // All are stream-ordered on ctx.stream, allocation-free, and use
 // ctx.workspace (its first kDeviceErrorRecordBytes hold the error record).
 // They run inside the call's OperationScope, so one may call another

@@ -214,38 +214,50 @@ Status expect_device(const char* op, const char* arg, const TensorView& view, De
   return Status::success();
 }
 
-// The 2-D [num_pages, bytes_per_page] or 4-D DeepGEMM [num_pages, 64, 1, D + 4] cache view.
-Status parse_cache(const char* op, const char* arg, const TensorView& cache, int head_dim,
+// The 2-D [num_pages, bytes_per_page] or 4-D DeepGEMM [num_pages, P, 1, D + 4]
+// cache view, with the page size its operation's options give (`page_size`,
+// read as dsa/cache.hpp says).
+Status parse_cache(const char* op, const char* arg, const TensorView& cache, int page_size, int head_dim,
                    const char* head_dim_source, CacheRef* out) {
+  if (page_size != 0 && !supported_page_size(page_size)) {
+    return fail(ErrorCode::invalid_argument, op, "options.page_size",
+                "must be 0 (the page size of the cache view), 32 or 64, got " + str(page_size));
+  }
   if (cache.empty()) return fail(ErrorCode::null_pointer, op, arg, "required tensor is missing (empty view)");
   if (cache.ndim != 2 && cache.ndim != 4) {
     return fail(ErrorCode::bad_shape, op, arg,
-                "expected rank 2 [num_pages, bytes_per_page] or rank 4 [num_pages, 64, 1, D + 4], got " +
+                "expected rank 2 [num_pages, bytes_per_page] or rank 4 [num_pages, P, 1, D + 4], got " +
                     cache.describe());
   }
   DSA_RETURN_IF_ERROR(check_tensor(op, arg, cache, cache.ndim, {DType::uint8}));
-  const KeyCacheLayout layout{head_dim};
-  const std::int64_t min_page_bytes = layout.min_page_bytes();
-  std::int64_t page_bytes = cache.size(1);
+  int page_tokens = page_size != 0 ? page_size : kDefaultPageTokens;
   if (cache.ndim == 4) {
     const std::int64_t row_bytes = std::int64_t{head_dim} + 4;
-    if (cache.size(1) != kPageTokens || cache.size(2) != 1 || cache.size(3) != row_bytes) {
+    if (!supported_page_size(cache.size(1)) || cache.size(2) != 1 || cache.size(3) != row_bytes) {
       return fail(ErrorCode::bad_shape, op, arg,
-                  "4-D cache must be [num_pages, 64, 1, D + 4] = [num_pages, 64, 1, " + str(row_bytes) +
-                      "] for head dim " + str(head_dim) + " (from " + head_dim_source + "), got " +
-                      cache.describe());
+                  "4-D cache must be [num_pages, P, 1, D + 4] = [num_pages, P, 1, " + str(row_bytes) +
+                      "] with P in {32, 64} for head dim " + str(head_dim) + " (from " + head_dim_source +
+                      "), got " + cache.describe());
+    }
+    if (page_size != 0 && cache.size(1) != page_size) {
+      return fail(ErrorCode::bad_shape, op, arg,
+                  "4-D cache has pages of " + str(cache.size(1)) + " tokens (dimension 1) but options.page_size is " +
+                      str(page_size));
     }
     if (cache.stride(3) != 1 || cache.stride(1) != row_bytes) {
       return fail(ErrorCode::bad_stride, op, arg,
                   "4-D cache strides must be [page_stride, D + 4, D + 4, 1], got " + cache.describe());
     }
-    page_bytes = min_page_bytes;
-  } else {
+    page_tokens = static_cast<int>(cache.size(1));
+  }
+  const std::int64_t min_page_bytes = KeyCacheLayout{head_dim, page_tokens}.min_page_bytes();
+  const std::int64_t page_bytes = cache.ndim == 4 ? min_page_bytes : cache.size(1);
+  if (cache.ndim == 2) {
     if (page_bytes < min_page_bytes) {
       return fail(ErrorCode::bad_shape, op, arg,
-                  "pages of " + str(page_bytes) + " bytes are smaller than 64 * (D + 4) = " +
-                      str(min_page_bytes) + " for head dim " + str(head_dim) + " (from " +
-                      head_dim_source + ")");
+                  "pages of " + str(page_bytes) + " bytes are smaller than P * (D + 4) = " + str(page_tokens) +
+                      " * " + str(head_dim + 4) + " = " + str(min_page_bytes) + " for head dim " + str(head_dim) +
+                      " (from " + head_dim_source + ") and " + str(page_tokens) + "-token pages");
     }
     DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, arg, cache));
   }
@@ -265,12 +277,12 @@ Status parse_cache(const char* op, const char* arg, const TensorView& cache, int
     return fail(ErrorCode::bad_alignment, op, arg,
                 "base pointer is not " + str(kCacheAlignment) + "-byte aligned");
   }
-  if (num_pages > kInt32Max / kPageTokens) {
+  if (num_pages > kInt32Max / page_tokens) {
     return fail(ErrorCode::bad_shape, op, arg,
-                str(num_pages) + " pages exceed the int32 slot range (at most " +
-                    str(kInt32Max / kPageTokens) + ")");
+                str(num_pages) + " pages exceed the int32 slot range (at most " + str(kInt32Max / page_tokens) +
+                    " pages of " + str(page_tokens) + " tokens)");
   }
-  *out = CacheRef{static_cast<std::uint8_t*>(cache.data), page_stride, num_pages, head_dim};
+  *out = CacheRef{static_cast<std::uint8_t*>(cache.data), page_stride, num_pages, head_dim, page_tokens};
   return Status::success();
 }
 
@@ -316,7 +328,7 @@ Status validate_store_keys(const TensorView& keys, const TensorView& slot_mappin
   DSA_RETURN_IF_ERROR(expect_extent(op, "slot_mapping", slot_mapping, 0, keys.size(0), "the number of keys"));
   const int head_dim = static_cast<int>(keys.size(1));
   StoreKeysProblem p;
-  DSA_RETURN_IF_ERROR(parse_cache(op, "cache", cache, head_dim, "keys", &p.cache));
+  DSA_RETURN_IF_ERROR(parse_cache(op, "cache", cache, options.page_size, head_dim, "keys", &p.cache));
   DSA_RETURN_IF_ERROR(expect_one_device(op, {{"keys", &keys}, {"slot_mapping", &slot_mapping}, {"cache", &cache}}));
   p.device = keys.device;
   p.num_tokens = keys.size(0);
@@ -471,7 +483,7 @@ Status validate_scoring_inputs(const char* op, const ScoringInputs& in, LogitsPr
   if (rows > kInt32Max) return fail(ErrorCode::bad_shape, op, "q", "B * next_n exceeds the int32 range");
 
   LogitsProblem p;
-  DSA_RETURN_IF_ERROR(parse_cache(op, "key_cache", in.key_cache, head_dim, "q", &p.cache));
+  DSA_RETURN_IF_ERROR(parse_cache(op, "key_cache", in.key_cache, in.page_size, head_dim, "q", &p.cache));
 
   DSA_RETURN_IF_ERROR(check_tensor(op, "weights", in.weights, 2, {DType::float32}));
   DSA_RETURN_IF_ERROR(expect_extent(op, "weights", in.weights, 0, rows, "B * next_n"));
@@ -699,7 +711,7 @@ Status validate_topk(const TensorView& logits, const TensorView& lengths, int k,
 }
 
 Status check_store_keys_slots(const StoreKeysProblem& p) {
-  const std::int64_t num_slots = p.cache.num_pages * kPageTokens;
+  const std::int64_t num_slots = cache_slots(p.cache);
   for (std::int64_t i = 0; i < p.num_tokens; ++i) {
     const std::int64_t slot = p.slots_dtype == DType::int32
                                   ? static_cast<const std::int32_t*>(p.slots)[i * p.slots_stride]
@@ -707,7 +719,8 @@ Status check_store_keys_slots(const StoreKeysProblem& p) {
     if (slot >= num_slots) {
       return fail(ErrorCode::page_out_of_range, "store_index_keys", "slot_mapping",
                   "slot_mapping[" + str(i) + "] = " + str(slot) + " is beyond the cache's " +
-                      str(num_slots) + " slots (" + str(p.cache.num_pages) + " pages of 64)");
+                      str(num_slots) + " slots (" + str(p.cache.num_pages) + " pages of " +
+                      str(p.cache.page_tokens) + ")");
     }
   }
   return Status::success();
@@ -736,7 +749,7 @@ Status check_scoring_data(const char* op, const LogitsProblem& p) {
     for (std::int64_t j = 0; j < p.next_n; ++j) {
       const std::int64_t length = row_length(p.lens, b, j);
       const std::string where = "context_lens[" + str(b) + ", " + str(j) + "] = " + str(length);
-      switch (scoring_length_violation(length, p.max_context_len, p.max_blocks)) {
+      switch (scoring_length_violation(length, p.max_context_len, p.max_blocks, p.cache.page_tokens)) {
         case kNegativeLength:
           return fail(ErrorCode::length_out_of_range, op, "context_lens", where + " is negative");
         case kLengthBeyondMaxContext:
@@ -744,14 +757,15 @@ Status check_scoring_data(const char* op, const LogitsProblem& p) {
                       where + " exceeds max_context_len = " + str(p.max_context_len));
         case kLengthBeyondBlockTable:
           return fail(ErrorCode::length_out_of_range, op, "block_table",
-                      where + " needs " + str(pages_for_length(length)) + " pages but block_table has " +
-                          str(p.max_blocks) + " columns");
+                      where + " needs " + str(pages_for_length(length, p.cache.page_tokens)) + " pages of " +
+                          str(p.cache.page_tokens) + " tokens but block_table has " + str(p.max_blocks) +
+                          " columns");
         default: break;
       }
       longest = length > longest ? length : longest;
     }
     const std::int32_t* table_row = p.block_table + b * p.block_table_stride;
-    for (std::int64_t i = 0; i < pages_for_length(longest); ++i) {
+    for (std::int64_t i = 0; i < pages_for_length(longest, p.cache.page_tokens); ++i) {
       if (table_row[i] < 0 || table_row[i] >= p.cache.num_pages) {
         return fail(ErrorCode::page_out_of_range, op, "block_table",
                     "block_table[" + str(b) + ", " + str(i) + "] = " + str(table_row[i]) +
@@ -804,7 +818,7 @@ Status check_topk_data(const TopkProblem& p) {
                         " needs 0 <= start and start + length <= " + str(p.cols) + " (the logits columns)");
       case kLengthBeyondBlockTable:
         return fail(ErrorCode::length_out_of_range, op, "block_table",
-                    row_length + " needs " + str(topk_table_columns(length, p.page_size)) +
+                    row_length + " needs " + str(pages_for_length(length, p.page_size)) +
                         " entries of " + str(p.page_size) + " positions but block_table has " +
                         str(p.max_blocks) + " columns");
       default: break;
@@ -812,7 +826,7 @@ Status check_topk_data(const TopkProblem& p) {
     if (p.block_table == nullptr) continue;
     const std::int64_t request = topk_request(p, r);
     const std::int32_t* table_row = p.block_table + request * p.block_table_stride;
-    for (std::int64_t i = 0; i < topk_table_columns(length, p.page_size); ++i) {
+    for (std::int64_t i = 0; i < pages_for_length(length, p.page_size); ++i) {
       if (table_row[i] < 0 || table_row[i] > kInt32Max / p.page_size) {
         return fail(ErrorCode::page_out_of_range, op, "block_table",
                     "block_table[" + str(request) + ", " + str(i) + "] = " + str(table_row[i]) +

@@ -47,6 +47,7 @@ struct ScoringInputs {
   const TensorView& block_table;
   const TensorView& schedule;
   std::int64_t max_context_len;
+  int page_size;  // the options' (dsa/cache.hpp)
 };
 
 // Fills every field of `problem` except `path` (resolved by the caller from

@@ -16,8 +16,8 @@ enum class IndexTopkStrategy {
   automatic,         // the faster of the two on the backend as measured
                      // (docs/performance.md): fused on the CPU, logits_then_topk on CUDA
   fused,             // selection inside the scoring pass, logits never written in full
-                     // (CPU, and CUDA on the Hopper kernels; the generic CUDA kernels
-                     // return `unsupported`)
+                     // (CPU, and CUDA on the Hopper kernels, which read 64-token pages;
+                     // the generic CUDA kernels return `unsupported`)
   logits_then_topk,  // paged_mqa_logits into staging memory (the workspace on CUDA), then topk
 };
 
@@ -26,9 +26,13 @@ const char* index_topk_strategy_name(IndexTopkStrategy strategy) noexcept;
 struct IndexTopkOptions {
   int k = kMaxTopk;
   bool sorted = false;          // as TopkOptions::sorted
-  bool physical_slots = false;  // write cache slots instead of positions (uses block_table)
+  // Write cache slots instead of positions: position p of request b becomes
+  // block_table[b, p / P] * P + p % P, with the cache's page size P.
+  bool physical_slots = false;
   LogitsPath path = LogitsPath::automatic;
   IndexTopkStrategy strategy = IndexTopkStrategy::automatic;
+  // Tokens per cache page, as LogitsOptions::page_size.
+  int page_size = 0;
 };
 
 // Same inputs as paged_mqa_logits (q, key_cache, weights, context_lens,

@@ -15,6 +15,9 @@ struct LogitsOptions {
   // (otherwise they hold unspecified values).
   bool clean_logits = false;
   LogitsPath path = LogitsPath::automatic;
+  // Tokens per cache page: 0 (from the view), 32 or 64; see "Page size" in
+  // dsa/cache.hpp. The Hopper backend reads 64-token pages only.
+  int page_size = 0;
 };
 
 // Scores every cached key position for every query row.
@@ -23,13 +26,14 @@ struct LogitsOptions {
 //                   row strides multiples of 16 bytes (those of dimensions of
 //                   extent 1 are never used and may be anything). H in {32, 64} on the
 //                   Hopper backend, any H >= 1 elsewhere; D == the cache's D.
-//   key_cache       uint8 paged cache (see dsa/cache.hpp) of num_pages pages
+//   key_cache       uint8 paged cache (see dsa/cache.hpp) of num_pages pages of
+//                   P tokens (P from the view or options.page_size)
 //   weights         float32 [B * next_n, H], inner dimension contiguous; the
 //                   query scale is already folded in (see dsa/query.hpp)
 //   context_lens    int32 [B, next_n]; 0 <= L[b, j] <= max_context_len
 //   block_table     int32 [B, max_blocks], inner dimension contiguous;
-//                   ceil(L[b, j] / 64) <= max_blocks (length_out_of_range).
-//                   Entries [b, i] with i < ceil(max_j L[b, j] / 64) must be
+//                   ceil(L[b, j] / P) <= max_blocks (length_out_of_range).
+//                   Entries [b, i] with i < ceil(max_j L[b, j] / P) must be
 //                   page indices in [0, num_pages) (page_out_of_range); later
 //                   entries are never read and may hold anything (-1 padding).
 //   schedule        int32 [num_workers + 1, 2] from plan_schedule for the same
@@ -41,7 +45,7 @@ struct LogitsOptions {
 //
 // For row r = b * next_n + j and 0 <= p < L[b, j]:
 //   logits[r, p] = sum_h weights[r, h] * max(0, scale[p] * sum_d q[b, j, h, d] * key[p, d])
-// where key[p] and scale[p] are those of slot block_table[b, p / 64] * 64 + p % 64.
+// where key[p] and scale[p] are those of slot block_table[b, p / P] * P + p % P.
 // Columns p >= max_context_len are never written. The native and per-token
 // paths compute the same function. Results are bitwise identical run to run.
 Status paged_mqa_logits(const TensorView& q, const TensorView& key_cache, const TensorView& weights,

@@ -41,7 +41,10 @@ enum class LogitsPath {
 const char* logits_path_name(LogitsPath path) noexcept;
 
 // The path `automatic` resolves to for this shape on the backend ctx selects
-// for tensors on `device`. native and per_token resolve to themselves.
+// for tensors on `device`. native and per_token resolve to themselves. The
+// cache's page size takes no part (plan_schedule sees no cache): where the
+// Hopper kernels do not read the pages, the generic kernels serve the path
+// resolved here.
 LogitsPath resolve_logits_path(LogitsPath requested, int next_n, int num_heads, Device device,
                                const ExecContext& ctx);
 

@@ -16,19 +16,20 @@
 
 namespace dsa::detail {
 
-// Block-table columns a row of `length` key positions reads.
-DSA_HD std::int64_t pages_for_length(std::int64_t length) {
-  return (length + kPageTokens - 1) / kPageTokens;
+// Block-table columns a row of `length` positions reads from pages of
+// `page_tokens` tokens (1, 32 or 64): ceil(length / P).
+DSA_HD std::int64_t pages_for_length(std::int64_t length, int page_tokens) {
+  return (length + page_tokens - 1) / page_tokens;
 }
 
 // The rule a scoring row's context length breaks, or kNoDeviceError:
-// 0 <= L <= max_context_len, and its pages within the block table's
-// max_blocks columns.
+// 0 <= L <= max_context_len, and its pages of `page_tokens` tokens within
+// the block table's max_blocks columns.
 DSA_HD std::int32_t scoring_length_violation(std::int64_t length, std::int64_t max_context_len,
-                                             std::int64_t max_blocks) {
+                                             std::int64_t max_blocks, int page_tokens) {
   if (length < 0) return kNegativeLength;
   if (length > max_context_len) return kLengthBeyondMaxContext;
-  if (pages_for_length(length) > max_blocks) return kLengthBeyondBlockTable;
+  if (pages_for_length(length, page_tokens) > max_blocks) return kLengthBeyondBlockTable;
   return kNoDeviceError;
 }
 
@@ -38,12 +39,6 @@ DSA_HD std::int64_t scoring_length_limit(std::int32_t violation, std::int64_t ma
   return violation == kLengthBeyondMaxContext ? max_context_len
          : violation == kLengthBeyondBlockTable ? max_blocks
                                                 : 0;
-}
-
-// Block-table columns a top-k row of `length` positions reads, at
-// page_size (1, 32 or 64) positions per column.
-DSA_HD std::int64_t topk_table_columns(std::int64_t length, int page_size) {
-  return (length + page_size - 1) / page_size;
 }
 
 // The helpers below serve the host validation, the CPU backend and the CUDA
@@ -72,7 +67,7 @@ DSA_HD TopkRowViolation topk_row_violation(const Topk& t, std::int64_t length, s
   if (length < 0) return {kNegativeLength, length, 0};
   if (length > t.cols) return {kLengthBeyondLogits, length, t.cols};
   if (start < 0 || start > t.cols - length) return {kRowStartOutOfRange, start, t.cols - length};
-  if (t.block_table != nullptr && topk_table_columns(length, t.page_size) > t.max_blocks) {
+  if (t.block_table != nullptr && pages_for_length(length, t.page_size) > t.max_blocks) {
     return {kLengthBeyondBlockTable, length, t.max_blocks};
   }
   return {};
@@ -143,8 +138,10 @@ DSA_HD std::int32_t topk_lens_violation(std::int64_t topk_length, std::int64_t c
 // rows are never scored (they hold invalid_logit()).
 DSA_HD std::int64_t usable_length(const LogitsProblem& p, std::int64_t b, std::int64_t j) {
   const std::int64_t length = row_length(p.lens, b, j);
-  return scoring_length_violation(length, p.max_context_len, p.max_blocks) == kNoDeviceError ? length
-                                                                                              : 0;
+  return scoring_length_violation(length, p.max_context_len, p.max_blocks, p.cache.page_tokens) ==
+                 kNoDeviceError
+             ? length
+             : 0;
 }
 
 // What a logits position holds when no score is computed for it: NaN over a

@@ -18,6 +18,7 @@ struct CacheRef {
   std::int64_t page_stride = 0;  // bytes, multiple of 16
   std::int64_t num_pages = 0;
   int head_dim = 0;
+  int page_tokens = 0;  // P: 32 or 64
 };
 
 struct StoreKeysProblem {

@@ -16,6 +16,7 @@
 #include "backend.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/parallel.hpp"
+#include "common/cache_format.hpp"
 #include "common/schedule_walk.hpp"
 #include "validate.hpp"
 
@@ -96,7 +97,8 @@ Status index_topk(const IndexTopkProblem& p, bool parallel, const ExecContext& c
       std::int32_t* out = p.indices + row * p.indices_stride;
       select_row(values, length, p.k, p.sorted, &s.select, out);
       if (p.physical_slots) {
-        positions_to_slots(scoring.block_table + (row / scoring.next_n) * scoring.block_table_stride, p.k, out);
+        positions_to_slots(scoring.block_table + row / scoring.next_n * scoring.block_table_stride,
+                           scoring.cache.page_tokens, p.k, out);
       }
     }
   };

@@ -143,7 +143,8 @@ struct SelectScratch {
 void select_row(const float* values, std::int64_t length, int k, bool sorted, SelectScratch* scratch,
                 std::int32_t* out);
 
-// Rewrites selected positions as cache slots through one block-table row; -1 stays.
-void positions_to_slots(const std::int32_t* table_row, int k, std::int32_t* out);
+// Rewrites selected positions as cache slots through one block-table row of
+// pages of `page_size` tokens; -1 stays.
+void positions_to_slots(const std::int32_t* table_row, int page_size, int k, std::int32_t* out);
 
 }  // namespace dsa::detail::cpu

@@ -27,11 +27,10 @@ void Scorer::decode_query(std::int64_t b, std::int64_t j, float* out) const {
 }
 
 const std::uint8_t* Scorer::key_bytes(std::int64_t b, std::int64_t position, float* scale) const {
-  const std::int32_t page_index = p_.block_table[b * p_.block_table_stride + position / kPageTokens];
-  std::uint8_t* page = cache_page(p_.cache, page_index);
-  const int row = static_cast<int>(position % kPageTokens);
-  *scale = page_scales(page, p_.head_dim)[row];
-  return page_keys(page, p_.head_dim, row);
+  const CacheRow at = position_row(p_.block_table + b * p_.block_table_stride, position, p_.cache.page_tokens);
+  std::uint8_t* page = cache_page(p_.cache, at.page);
+  *scale = page_scales(p_.cache, page)[at.row];
+  return page_keys(p_.cache, page, at.row);
 }
 
 float Scorer::decode_key(std::int64_t b, std::int64_t position, float* out) const {

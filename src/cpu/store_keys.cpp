@@ -16,11 +16,11 @@ std::int64_t slot_of(const StoreKeysProblem& p, std::int64_t token) {
 }
 
 void store_token(const StoreKeysProblem& p, std::int64_t token, std::int64_t slot) {
-  std::uint8_t* page = cache_page(p.cache, slot / kPageTokens);
-  const int row = static_cast<int>(slot % kPageTokens);
+  const CacheRow at = slot_row(p.cache, slot);
+  std::uint8_t* page = cache_page(p.cache, at.page);
   const void* key = element_address(p.keys, p.keys_dtype, token * p.keys_stride);
-  page_scales(page, p.head_dim)[row] = quantize_vector(key, p.keys_dtype, p.head_dim, p.power_of_two_scales,
-                                                       page_keys(page, p.head_dim, row));
+  page_scales(p.cache, page)[at.row] = quantize_vector(key, p.keys_dtype, p.head_dim, p.power_of_two_scales,
+                                                       page_keys(p.cache, page, at.row));
 }
 
 }  // namespace

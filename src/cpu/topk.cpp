@@ -111,8 +111,8 @@ void transform_positions(const TopkRowOutput& output, int k, std::int32_t* out) 
 
 }  // namespace
 
-void positions_to_slots(const std::int32_t* table_row, int k, std::int32_t* out) {
-  transform_positions(TopkRowOutput{table_row, 0, kPageTokens}, k, out);
+void positions_to_slots(const std::int32_t* table_row, int page_size, int k, std::int32_t* out) {
+  transform_positions(TopkRowOutput{table_row, 0, page_size}, k, out);
 }
 
 Status topk(const TopkProblem& p, bool parallel, const ExecContext& ctx) {

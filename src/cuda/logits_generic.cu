@@ -2,12 +2,16 @@
 // supports, for any next_n, head count and head dimension (D % 16 == 0).
 //
 // A persistent grid of num_workers blocks walks the schedule. For an item
-// (request or row, chunk of 256 positions) a block stages one page of keys at
-// a time in shared memory (dequantized to half precision, which holds every
-// e4m3 value exactly) and scores it for all of the item's rows. Lane l of
-// every warp owns positions l and l + 32 of the page; the warps split the
-// heads. Each (row, position) is reduced in a fixed order (dot products over d
-// in order, heads per warp in order, then the warps in order), so results are
+// (request or row, chunk of 256 positions) a block stages one tile of 64
+// positions at a time in shared memory (keys dequantized to half precision,
+// which holds every e4m3 value exactly) and scores it for all of the item's
+// rows. Lane l of every warp owns positions l and l + 32 of the tile; the
+// warps split the heads. A tile is one 64-token page or two 32-token pages:
+// gathering two small pages keeps every lane's two positions and the keys
+// staged between two barriers the same for either page size, where a tile
+// of one 32-token page would leave half of each lane's work idle. Each
+// (row, position) is reduced in a fixed order (dot products over d in
+// order, heads per warp in order, then the warps in order), so results are
 // bitwise repeatable and the native and per-token paths agree bit for bit.
 //
 // Data-dependent rules are checked on the device: a row whose length is
@@ -41,6 +45,8 @@ constexpr int kHeadsPerWarpPass = 2;                        // heads a warp scor
 constexpr int kHeadGranule = kWarps * kHeadsPerWarpPass;    // head tiles are multiples of this
 constexpr int kKeyPadHalves = 8;  // keeps 16-byte key loads of consecutive lanes conflict-free
 constexpr int kRowThreads = 256;
+constexpr int kTileTokens = 64;  // positions scored together: two per lane
+constexpr int kMaxTilePages = kTileTokens / 32;  // pages of the smallest size a tile spans
 
 // Shared memory of the scoring kernel, carved from one dynamic allocation.
 struct SharedLayout {
@@ -50,9 +56,9 @@ struct SharedLayout {
   __host__ __device__ int key_stride() const { return head_dim + kKeyPadHalves; }  // in halves
   __host__ __device__ std::size_t q_bytes() const { return std::size_t(head_tile) * head_dim * 4; }
   __host__ __device__ std::size_t weights_bytes() const { return std::size_t(head_tile) * 4; }
-  __host__ __device__ std::size_t keys_bytes() const { return std::size_t(kPageTokens) * key_stride() * 2; }
-  __host__ __device__ std::size_t scales_bytes() const { return kPageTokens * 4; }
-  __host__ __device__ std::size_t partial_bytes() const { return std::size_t(kWarps) * kPageTokens * 4; }
+  __host__ __device__ std::size_t keys_bytes() const { return std::size_t(kTileTokens) * key_stride() * 2; }
+  __host__ __device__ std::size_t scales_bytes() const { return kTileTokens * 4; }
+  __host__ __device__ std::size_t partial_bytes() const { return std::size_t(kWarps) * kTileTokens * 4; }
   // Every part is a multiple of 16 bytes, so each starts 16-byte aligned.
   __host__ __device__ std::size_t total() const {
     return q_bytes() + weights_bytes() + keys_bytes() + scales_bytes() + partial_bytes();
@@ -64,9 +70,9 @@ struct SharedLayout {
 struct SharedViews {
   float* q;        // [head_tile][D]
   float* weights;  // [head_tile]
-  __half* keys;    // [64][D + kKeyPadHalves]
-  float* scales;   // [64]
-  float* partial;  // [kWarps][64]
+  __half* keys;    // [kTileTokens][D + kKeyPadHalves]
+  float* scales;   // [kTileTokens]
+  float* partial;  // [kWarps][kTileTokens]
 };
 
 __device__ SharedViews carve_shared(unsigned char* base, const SharedLayout& layout) {
@@ -93,7 +99,8 @@ __global__ void __launch_bounds__(kRowThreads) logits_rows_kernel(LogitsProblem 
     const std::int64_t b = row / p.next_n;
     const std::int64_t j = row % p.next_n;
     const std::int64_t length = row_length(p.lens, b, j);
-    const std::int32_t violation = scoring_length_violation(length, p.max_context_len, p.max_blocks);
+    const std::int32_t violation =
+        scoring_length_violation(length, p.max_context_len, p.max_blocks, p.cache.page_tokens);
     const bool usable = violation == kNoDeviceError;
     if (!usable && threadIdx.x == 0) {
       report_device_error(record, violation, row, length,
@@ -108,15 +115,36 @@ __global__ void __launch_bounds__(kRowThreads) logits_rows_kernel(LogitsProblem 
   }
 }
 
-// Dequantizes the 64 keys and scales of `page` into shared memory.
-__device__ void stage_page(const std::uint8_t* page, int head_dim, const SharedViews& s,
-                           int key_stride) {
-  const uint4* src = reinterpret_cast<const uint4*>(page);
-  const int vectors = kPageTokens * head_dim / 16;
+// The pages of one tile: page[i] holds the tile's positions [i * P, i * P + P)
+// (i < 64 / P), or is nullptr where the tile reads no page (past the item's
+// positions, or an entry the block table refuses).
+struct TilePages {
+  std::uint8_t* page[kMaxTilePages];
+  int page_tokens;
+  bool any;  // some page is read
+};
+
+// The page holding tile position t.
+__device__ __forceinline__ std::uint8_t* tile_page(const TilePages& t, int token) {
+  std::uint8_t* page = t.page[0];
+#pragma unroll
+  for (int i = 1; i < kMaxTilePages; ++i) {
+    if (token >= i * t.page_tokens) page = t.page[i];
+  }
+  return page;
+}
+
+// Dequantizes the keys and scales of the tile's pages into shared memory,
+// tile position t at key row t.
+__device__ void stage_tile(const CacheRef& cache, const TilePages& t, const SharedViews& s, int key_stride) {
+  const int head_dim = cache.head_dim;
+  const int vectors = kTileTokens * head_dim / 16;
   for (int i = threadIdx.x; i < vectors; i += kThreads) {
-    const uint4 raw = src[i];
     const int token = i * 16 / head_dim;
     const int d = i * 16 % head_dim;
+    std::uint8_t* page = tile_page(t, token);
+    if (page == nullptr) continue;
+    const uint4 raw = *reinterpret_cast<const uint4*>(page_keys(cache, page, token % t.page_tokens) + d);
     const std::uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
     __align__(16) __half converted[16];
 #pragma unroll
@@ -128,8 +156,9 @@ __device__ void stage_page(const std::uint8_t* page, int head_dim, const SharedV
     dst[0] = *reinterpret_cast<const uint4*>(&converted[0]);
     dst[1] = *reinterpret_cast<const uint4*>(&converted[8]);
   }
-  if (threadIdx.x < kPageTokens) {
-    s.scales[threadIdx.x] = page_scales(const_cast<std::uint8_t*>(page), head_dim)[threadIdx.x];
+  if (threadIdx.x < kTileTokens) {
+    std::uint8_t* page = tile_page(t, threadIdx.x);
+    if (page != nullptr) s.scales[threadIdx.x] = page_scales(cache, page)[threadIdx.x % t.page_tokens];
   }
 }
 
@@ -177,11 +206,11 @@ __device__ __forceinline__ void unpack_halves(const uint4& raw, float (&out)[8])
   }
 }
 
-// Scores the staged page for row j of request b: logits at tile + t for
-// t < min(64, length - tile).
-__device__ void score_page_row(const LogitsProblem& p, const SharedLayout& layout,
-                               const SharedViews& s, std::int64_t b, std::int64_t j,
-                               std::int64_t tile, std::int64_t length) {
+// Scores the staged tile for row j of request b: logits at tile + t for
+// t < min(64, length - tile) whose page was read.
+__device__ void score_tile_row(const LogitsProblem& p, const SharedLayout& layout, const SharedViews& s,
+                               const TilePages& pages, std::int64_t b, std::int64_t j, std::int64_t tile,
+                               std::int64_t length) {
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int head_dim = p.head_dim;
@@ -226,14 +255,16 @@ __device__ void score_page_row(const LogitsProblem& p, const SharedLayout& layou
       }
     }
   }
-  s.partial[warp * kPageTokens + lane] = sum0;
-  s.partial[warp * kPageTokens + lane + 32] = sum1;
+  s.partial[warp * kTileTokens + lane] = sum0;
+  s.partial[warp * kTileTokens + lane + 32] = sum1;
   __syncthreads();
-  if (threadIdx.x < kPageTokens) {
+  if (threadIdx.x < kTileTokens) {
     float total = s.partial[threadIdx.x];
-    for (int w = 1; w < kWarps; ++w) total += s.partial[w * kPageTokens + threadIdx.x];
+    for (int w = 1; w < kWarps; ++w) total += s.partial[w * kTileTokens + threadIdx.x];
     const std::int64_t position = tile + threadIdx.x;
-    if (position < length) store_logit(p, b * p.next_n + j, position, total);
+    if (position < length && tile_page(pages, threadIdx.x) != nullptr) {
+      store_logit(p, b * p.next_n + j, position, total);
+    }
   }
 }
 
@@ -249,27 +280,38 @@ __device__ void score_item(const LogitsProblem& p, const SharedLayout& layout, c
   }
   const std::int64_t begin = chunk * kChunkTokens;
   const std::int64_t end = begin + kChunkTokens < span ? begin + kChunkTokens : span;
-  // span <= 64 * max_blocks, so every block-table column read below exists.
-  for (std::int64_t tile = begin; tile < end; tile += kPageTokens) {
-    const std::int64_t column = tile / kPageTokens;
-    const std::int32_t page = p.block_table[b * p.block_table_stride + column];
-    if (page < 0 || page >= p.cache.num_pages) {
+  const int page_tokens = p.cache.page_tokens;
+  // A chunk is a whole number of tiles and a tile of pages. A page is looked
+  // up only when its first position is below end <= span <= P * max_blocks,
+  // so every block-table column read below exists.
+  for (std::int64_t tile = begin; tile < end; tile += kTileTokens) {
+    TilePages pages{{}, page_tokens, false};
+#pragma unroll
+    for (int i = 0; i < kMaxTilePages; ++i) {
+      const std::int64_t first = tile + std::int64_t{i} * page_tokens;
+      if (i * page_tokens >= kTileTokens || first >= end) continue;
+      const std::int64_t column = first / page_tokens;
+      const std::int32_t page = p.block_table[b * p.block_table_stride + column];
+      if (page >= 0 && page < p.cache.num_pages) {
+        pages.page[i] = cache_page(p.cache, page);
+        pages.any = true;
+        continue;
+      }
       if (threadIdx.x == 0) report_device_error(record, kPageOutOfRange, b, column, page);
       for (std::int64_t j = j_begin; j < j_end; ++j) {
         const std::int64_t length = usable_length(p, b, j);
-        for (std::int64_t pos = tile + threadIdx.x; pos < tile + kPageTokens && pos < length;
-             pos += kThreads) {
+        for (std::int64_t pos = first + threadIdx.x; pos < first + page_tokens && pos < length; pos += kThreads) {
           store_logit(p, b * p.next_n + j, pos, invalid_logit());
         }
       }
-      continue;
     }
-    __syncthreads();  // the previous page is no longer read
-    stage_page(cache_page(p.cache, page), p.head_dim, s, layout.key_stride());
+    if (!pages.any) continue;
+    __syncthreads();  // the previous tile is no longer read
+    stage_tile(p.cache, pages, s, layout.key_stride());
     __syncthreads();
     for (std::int64_t j = j_begin; j < j_end; ++j) {
       const std::int64_t length = usable_length(p, b, j);
-      if (length > tile) score_page_row(p, layout, s, b, j, tile, length);
+      if (length > tile) score_tile_row(p, layout, s, pages, b, j, tile, length);
     }
   }
 }

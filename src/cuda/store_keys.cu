@@ -19,7 +19,7 @@ constexpr int kTokensPerBlock = kStoreThreads / kWarpSize;
 __global__ void __launch_bounds__(kStoreThreads) store_keys_kernel(StoreKeysProblem p,
                                                                    DeviceErrorRecord* record) {
   const int lane = threadIdx.x % kWarpSize;
-  const std::int64_t num_slots = p.cache.num_pages * kPageTokens;
+  const std::int64_t num_slots = cache_slots(p.cache);
   for (std::int64_t token = blockIdx.x * std::int64_t{kTokensPerBlock} + threadIdx.x / kWarpSize;
        token < p.num_tokens; token += std::int64_t{gridDim.x} * kTokensPerBlock) {
     const std::int64_t slot =
@@ -34,10 +34,10 @@ __global__ void __launch_bounds__(kStoreThreads) store_keys_kernel(StoreKeysProb
     const std::size_t element = p.keys_dtype == DType::bfloat16 ? 2 : 4;
     const void* key = static_cast<const unsigned char*>(p.keys) + token * p.keys_stride * element;
     const float scale = warp_vector_scale(key, p.keys_dtype, p.head_dim, p.power_of_two_scales, lane);
-    std::uint8_t* page = cache_page(p.cache, slot / kPageTokens);
-    const int row = static_cast<int>(slot % kPageTokens);
-    warp_quantize_vector(key, p.keys_dtype, p.head_dim, scale, page_keys(page, p.head_dim, row), lane);
-    if (lane == 0) page_scales(page, p.head_dim)[row] = scale;
+    const CacheRow at = slot_row(p.cache, slot);
+    std::uint8_t* page = cache_page(p.cache, at.page);
+    warp_quantize_vector(key, p.keys_dtype, p.head_dim, scale, page_keys(p.cache, page, at.row), lane);
+    if (lane == 0) page_scales(p.cache, page)[at.row] = scale;
   }
 }
 

@@ -45,7 +45,7 @@ void random_vector(Rng& rng, float* out, int n) {
 std::int64_t Workload::needed_pages(std::int64_t b) const {
   std::int64_t longest = 0;
   for (int j = 0; j < next_n; ++j) longest = std::max<std::int64_t>(longest, context_lens[b * next_n + j]);
-  return (longest + kTokensPerPage - 1) / kTokensPerPage;
+  return (longest + geometry.page_tokens - 1) / geometry.page_tokens;
 }
 
 LogitsInputs Workload::logits_inputs() const {
@@ -72,6 +72,7 @@ Workload make_workload(const WorkloadSpec& spec) {
   w.heads = spec.heads;
   w.head_dim = spec.head_dim;
   w.convention = spec.convention;
+  w.geometry.page_tokens = spec.page_tokens;
 
   if (!spec.prefix_lens.empty()) {
     w.prefix_lens = spec.prefix_lens;
@@ -106,7 +107,7 @@ Workload make_workload(const WorkloadSpec& spec) {
   w.max_blocks = std::max<std::int64_t>(most_needed + spec.padding_columns, 1);
   w.geometry.head_dim = spec.head_dim;
   w.geometry.num_pages = std::max<std::int64_t>(fresh_total + spec.extra_pages, 1);
-  w.geometry.page_stride = std::int64_t{kTokensPerPage} * (spec.head_dim + 4) + spec.page_padding_bytes;
+  w.geometry.page_stride = std::int64_t{spec.page_tokens} * (spec.head_dim + 4) + spec.page_padding_bytes;
 
   std::vector<std::int32_t> permutation(static_cast<std::size_t>(w.geometry.num_pages));
   std::iota(permutation.begin(), permutation.end(), 0);
@@ -130,13 +131,13 @@ Workload make_workload(const WorkloadSpec& spec) {
   std::vector<float> key(static_cast<std::size_t>(spec.head_dim));
   for (std::int64_t page = 0; page < w.geometry.num_pages; ++page) {
     if (!used[page]) continue;
-    for (int t = 0; t < kTokensPerPage; ++t) {
+    for (int t = 0; t < spec.page_tokens; ++t) {
       if (spec.extreme_products) {
         std::fill(key.begin(), key.end(), 1.0f);
       } else {
         random_vector(rng, key.data(), spec.head_dim);
       }
-      const std::int64_t slot = page * kTokensPerPage + t;
+      const std::int64_t slot = page * spec.page_tokens + t;
       store_token(key.data(), slot, w.geometry, spec.power_of_two_scales, w.cache.data());
       if (spec.negative_scales && slot % 3 == 1) {
         const float negated = -cached_scale(w.cache.data(), w.geometry, slot);
@@ -189,14 +190,14 @@ dsa::TensorView Workload::block_table_view() {
 dsa::TensorView Workload::cache_view_2d() {
   const CacheGeometry& g = geometry;
   return dsa::make_view(cache.data(), dsa::DType::uint8,
-                        {g.num_pages, std::int64_t{kTokensPerPage} * (g.head_dim + 4)},
+                        {g.num_pages, std::int64_t{g.page_tokens} * (g.head_dim + 4)},
                         {g.page_stride, 1});
 }
 
 dsa::TensorView Workload::cache_view_4d() {
   const CacheGeometry& g = geometry;
   const std::int64_t width = g.head_dim + 4;
-  return dsa::make_view(cache.data(), dsa::DType::uint8, {g.num_pages, kTokensPerPage, 1, width},
+  return dsa::make_view(cache.data(), dsa::DType::uint8, {g.num_pages, g.page_tokens, 1, width},
                         {g.page_stride, width, width, 1});
 }
 

@@ -39,7 +39,9 @@ struct WorkloadSpec {
   // request's needed pages holds `block_table_padding`.
   std::int64_t padding_columns = 2;
   std::int32_t block_table_padding = -1;
-  // Bytes between pages beyond the minimum 64 * (D + 4); a multiple of 16.
+  // Tokens per cache page P (32 or 64).
+  int page_tokens = 64;
+  // Bytes between pages beyond the minimum P * (D + 4); a multiple of 16.
   std::int64_t page_padding_bytes = 0;
   bool power_of_two_scales = false;
   // Every third token's cached scale negated, as in a cache the library did
@@ -87,7 +89,7 @@ struct Workload {
   std::vector<float> weights;          // [B * next_n, H]
 
   std::int64_t rows() const { return batch * next_n; }
-  // Pages request b needs: ceil(max_j L[b, j] / 64).
+  // Pages request b needs: ceil(max_j L[b, j] / P).
   std::int64_t needed_pages(std::int64_t b) const;
   LogitsInputs logits_inputs() const;
   ReferenceLogits reference() const { return reference_logits(logits_inputs(), max_context_len); }
@@ -98,9 +100,10 @@ struct Workload {
   dsa::TensorView context_lens_view();  // [B, next_n]
   dsa::TensorView causal_lens_view();   // [B * next_n]
   dsa::TensorView block_table_view();
-  // [num_pages, page_stride] with strides [page_stride, 1].
+  // [num_pages, P * (D + 4)] with strides [page_stride, 1] (the page size
+  // is the calls' page_size option).
   dsa::TensorView cache_view_2d();
-  // [num_pages, 64, 1, D + 4] with strides [page_stride, D + 4, D + 4, 1].
+  // [num_pages, P, 1, D + 4] with strides [page_stride, D + 4, D + 4, 1].
   dsa::TensorView cache_view_4d();
 
   // q_fp8 copied with `pad_bytes` extra bytes after every head vector.
@@ -108,6 +111,20 @@ struct Workload {
 };
 
 Workload make_workload(const WorkloadSpec& spec);
+
+// Appends every case of `cases` again on 32-token pages, named "p32_" and
+// its own name, with another seed. A case has a `name` and a WorkloadSpec `spec`.
+template <typename Case>
+void repeat_on_32_token_pages(std::vector<Case>& cases) {
+  const std::size_t count = cases.size();
+  for (std::size_t i = 0; i < count; ++i) {
+    Case c = cases[i];
+    c.name = "p32_" + c.name;
+    c.spec.page_tokens = 32;
+    c.spec.seed += 1000;
+    cases.push_back(c);
+  }
+}
 
 // ---- Smaller random helpers ------------------------------------------------
 

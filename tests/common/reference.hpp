@@ -32,21 +32,24 @@ float quantization_scale(float amax, bool power_of_two);
 
 // ---- The paged key cache --------------------------------------------------
 
-inline constexpr int kTokensPerPage = 64;
-
+// Pages of P tokens: P keys of head_dim fp8 bytes, then P fp32 scales.
 struct CacheGeometry {
   int head_dim = 128;
   std::int64_t num_pages = 0;
   std::int64_t page_stride = 0;  // bytes between pages
+  int page_tokens = 64;          // P
 
-  std::int64_t num_slots() const { return num_pages * kTokensPerPage; }
+  std::int64_t num_slots() const { return num_pages * page_tokens; }
   std::int64_t bytes() const { return num_pages * page_stride; }
   std::int64_t key_byte(std::int64_t slot) const {
-    return (slot / kTokensPerPage) * page_stride + (slot % kTokensPerPage) * head_dim;
+    return (slot / page_tokens) * page_stride + (slot % page_tokens) * head_dim;
   }
   std::int64_t scale_byte(std::int64_t slot) const {
-    return (slot / kTokensPerPage) * page_stride + std::int64_t{kTokensPerPage} * head_dim +
-           4 * (slot % kTokensPerPage);
+    return (slot / page_tokens) * page_stride + std::int64_t{page_tokens} * head_dim + 4 * (slot % page_tokens);
+  }
+  // The slot of key position p of a request: block_table_row[p / P] * P + p % P.
+  std::int64_t position_slot(const std::int32_t* block_table_row, std::int64_t p) const {
+    return std::int64_t{block_table_row[p / page_tokens]} * page_tokens + p % page_tokens;
   }
 };
 

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <set>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -35,6 +37,11 @@ dsa::Status make_setup(const IndexTopkCase& c, const dsa::ExecContext& ctx, Inde
               resolved_path(c.path, s->w.next_n, s->w.heads, ctx), ctx, &s->schedule);
 }
 
+// The page_size option the 2-D cache view needs: 0 for the default 64.
+int page_size_option(const IndexTopkCase& c) {
+  return c.spec.page_tokens == dsa::kDefaultPageTokens ? 0 : c.spec.page_tokens;
+}
+
 dsa::IndexTopkOptions options_for(const IndexTopkCase& c, dsa::IndexTopkStrategy strategy) {
   dsa::IndexTopkOptions options;
   options.k = c.k;
@@ -42,6 +49,7 @@ dsa::IndexTopkOptions options_for(const IndexTopkCase& c, dsa::IndexTopkStrategy
   options.physical_slots = c.physical_slots;
   options.path = c.path;
   options.strategy = strategy;
+  options.page_size = page_size_option(c);
   return options;
 }
 
@@ -60,24 +68,32 @@ dsa::Status run_index_topk(IndexProblem& s, const IndexTopkCase& c, dsa::IndexTo
 }
 
 
-// The two-step composition the fused operation must equal.
+// The two-step composition the fused operation must equal: positions from
+// topk, turned into slots of the cache's pages by the reference's rule.
 dsa::Status run_logits_then_topk(IndexProblem& s, const IndexTopkCase& c, const dsa::ExecContext& ctx,
                                  OwnedView* indices) {
   Workload& w = s.w;
   OwnedView logits = float_matrix(w.rows(), w.max_context_len, std::max<std::int64_t>(w.max_context_len, 1), 0.0f);
   dsa::LogitsOptions logits_options;
   logits_options.path = c.path;
+  logits_options.page_size = page_size_option(c);
   DSA_RETURN_IF_ERROR(dsa::paged_mqa_logits(w.q_fp8_view(), w.cache_view_2d(), w.weights_view(),
                                             w.context_lens_view(), w.block_table_view(), s.schedule.view(),
                                             w.max_context_len, logits.view, logits_options, ctx));
   *indices = int32_matrix(w.rows(), c.k, c.k, -77);
   dsa::TopkOptions options;
   options.sorted = c.sorted;
+  DSA_RETURN_IF_ERROR(dsa::topk(logits.view, w.causal_lens_view(), c.k, indices->view, options, ctx));
   if (c.physical_slots) {
-    options.block_table = w.block_table_view();
-    options.rows_per_request = w.next_n;
+    auto* out = reinterpret_cast<std::int32_t*>(indices->bytes.data());
+    for (std::int64_t r = 0; r < w.rows(); ++r) {
+      const std::int32_t* table_row = w.block_table.data() + r / w.next_n * w.max_blocks;
+      for (std::int32_t& index : std::span(out + r * c.k, static_cast<std::size_t>(c.k))) {
+        if (index >= 0) index = static_cast<std::int32_t>(w.geometry.position_slot(table_row, index));
+      }
+    }
   }
-  return dsa::topk(logits.view, w.causal_lens_view(), c.k, indices->view, options, ctx);
+  return {};
 }
 
 const std::int32_t* indices_row(const OwnedView& indices, std::int64_t r, int k) {
@@ -104,9 +120,13 @@ const std::int32_t* indices_row(const OwnedView& indices, std::int64_t r, int k)
       std::int32_t p = row[i];
       if (physical) {
         // Undo the slot transform: find the block whose page holds the slot.
+        const std::int64_t page_tokens = w.geometry.page_tokens;
         std::int32_t found = -1;
-        for (std::int64_t blk = 0; blk * 64 < length; ++blk)
-          if (w.block_table[b * w.max_blocks + blk] == row[i] / 64) found = static_cast<std::int32_t>(blk * 64 + row[i] % 64);
+        for (std::int64_t blk = 0; blk * page_tokens < length; ++blk) {
+          if (w.block_table[b * w.max_blocks + blk] == row[i] / page_tokens) {
+            found = static_cast<std::int32_t>(blk * page_tokens + row[i] % page_tokens);
+          }
+        }
         p = found;
       }
       positions.push_back(p);
@@ -168,6 +188,25 @@ std::vector<IndexTopkCase> index_topk_cases() {
   }
   add("native_next_n4", WorkloadSpec{.batch = 2, .next_n = 4, .max_prefix = 700}, 128).path = dsa::LogitsPath::native;
   add("h32", WorkloadSpec{.batch = 2, .next_n = 2, .heads = 32}, 100);
+  // 32-token pages: slots of the cache's pages, sorted or not, on either path.
+  add("p32_physical_slots",
+      WorkloadSpec{.batch = 3, .next_n = 3, .max_prefix = 400, .share_pages = true, .page_tokens = 32}, 100)
+      .physical_slots = true;
+  {
+    IndexTopkCase& c = add("p32_physical_slots_sorted_per_token",
+                           WorkloadSpec{.batch = 2, .next_n = 2, .block_table_padding = INT_MAX, .page_tokens = 32},
+                           70);
+    c.physical_slots = true;
+    c.sorted = true;
+    c.path = dsa::LogitsPath::per_token;
+  }
+  add("p32_physical_slots_decode_k2048",
+      WorkloadSpec{.batch = 3, .next_n = 1, .min_prefix = 1500, .max_prefix = 3000, .page_tokens = 32}, 2048)
+      .physical_slots = true;
+  add("p32_edge_lengths",
+      WorkloadSpec{.batch = 8, .next_n = 1, .context_lens = {0, 1, 31, 32, 33, 64, 65, 600}, .page_tokens = 32}, 32)
+      .physical_slots = true;
+  add("p32_causal_next_n5", WorkloadSpec{.batch = 2, .next_n = 5, .max_prefix = 500, .page_tokens = 32}, 64);
   add("empty_batch", WorkloadSpec{.batch = 0, .next_n = 2}, 16);
   // Enough requests for the threaded fused pass to score each request's rows
   // together, with rows of one request at, below and above k.

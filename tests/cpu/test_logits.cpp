@@ -27,7 +27,17 @@ struct LogitsCase {
   // Dimensions of extent 1 (of q, and the page dimension of a one-page cache)
   // given stride 1, as PyTorch's DLPack export gives them: never stepped over.
   bool unit_strides_of_extent_one = false;
+  // options.page_size states the page size even where the view tells it (a
+  // 4-D view) or the default is right (64); otherwise it is 0 there.
+  bool explicit_page_size = false;
 };
+
+// The page_size option of a case: what its view needs, or the page size itself.
+int page_size_option(const LogitsCase& c) {
+  const int page_tokens = c.spec.page_tokens;
+  const bool view_tells = c.view_4d || page_tokens == dsa::kDefaultPageTokens;
+  return c.explicit_page_size || !view_tells ? page_tokens : 0;
+}
 
 // Everything one scoring call needs, kept alive together.
 struct LogitsCall {
@@ -70,6 +80,7 @@ dsa::Status run_case(LogitsCall& call, const LogitsCase& c, const dsa::ExecConte
   dsa::LogitsOptions options;
   options.clean_logits = c.clean;
   options.path = c.path;
+  options.page_size = page_size_option(c);
   return dsa::paged_mqa_logits(q, cache, w.weights_view(), w.context_lens_view(), w.block_table_view(),
                                call.schedule.view(), w.max_context_len, call.logits.view, options, ctx);
 }
@@ -134,6 +145,34 @@ std::vector<LogitsCase> logits_cases() {
       .unit_strides_of_extent_one = true;
   // Heads beyond the threaded path's groups of four, and a head dim under 128.
   add("seven_heads_d48", WorkloadSpec{.batch = 3, .next_n = 2, .heads = 7, .head_dim = 48});
+
+  // Every next_n at both head counts, with bf16 and fp32 logits, clean or
+  // not, and block-table entries past ceil(L / P) holding -1 or garbage.
+  for (int n = 1; n <= 8; ++n) {
+    for (const int heads : {32, 64}) {
+      const bool bf16 = (n + heads / 32) % 2 == 1;
+      const bool clean = n % 3 != 0;
+      LogitsCase& c = add("next_n" + std::to_string(n) + "_h" + std::to_string(heads) + (bf16 ? "_bf16" : "_fp32") +
+                              (clean ? "_clean" : ""),
+                          WorkloadSpec{.batch = 3, .next_n = n, .heads = heads, .max_prefix = 420,
+                                       .block_table_padding = n % 2 == 0 ? -1 : INT_MAX});
+      c.bf16_out = bf16;
+      c.clean = clean;
+    }
+  }
+  // Lengths that end at, before and after 32-token pages and 64-token tiles,
+  // and the page size stated where the view tells it or 64 is the default.
+  add("page_edge_lengths",
+      WorkloadSpec{.batch = 16, .next_n = 1,
+                   .context_lens = {0, 1, 2, 31, 32, 33, 63, 64, 65, 95, 96, 97, 255, 256, 257, 1000}});
+  {
+    LogitsCase& c = add("view_4d_page_size_stated", WorkloadSpec{.batch = 3, .next_n = 2, .page_padding_bytes = 32});
+    c.view_4d = true;
+    c.explicit_page_size = true;
+  }
+  add("view_2d_page_size_stated", WorkloadSpec{.batch = 2, .next_n = 3}).explicit_page_size = true;
+  // Every case so far again on 32-token pages.
+  repeat_on_32_token_pages(cases);
   return cases;
 }
 
@@ -176,8 +215,10 @@ TEST_P(LogitsPropertyTest, NativeAndPerTokenPathsAgreeBitwise) {
   const dsa::ExecContext ctx = cpu_context(GetParam());
   for (int next_n = 1; next_n <= 8; ++next_n) {
     for (const bool bf16_out : {false, true}) {
-      SCOPED_TRACE("next_n " + std::to_string(next_n) + (bf16_out ? " bf16" : " fp32"));
-      const WorkloadSpec spec{.batch = 3, .next_n = next_n, .max_prefix = 350,
+      const int page_tokens = (next_n + bf16_out) % 2 == 0 ? 64 : 32;
+      SCOPED_TRACE("next_n " + std::to_string(next_n) + (bf16_out ? " bf16" : " fp32") + ", pages of " +
+                   std::to_string(page_tokens));
+      const WorkloadSpec spec{.batch = 3, .next_n = next_n, .max_prefix = 350, .page_tokens = page_tokens,
                               .seed = static_cast<std::uint64_t>(next_n * 7 + bf16_out)};
       LogitsCase native{"native", spec, dsa::LogitsPath::native};
       LogitsCase per_token{"per_token", spec, dsa::LogitsPath::per_token};

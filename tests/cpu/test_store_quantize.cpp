@@ -72,10 +72,12 @@ struct StoreCase {
   bool power_of_two;
   bool view_4d;
   std::int64_t page_padding;
+  int page_tokens = 64;
 };
 
 void PrintTo(const StoreCase& c, std::ostream* os) {
-  *os << "D " << c.head_dim << (c.bf16_keys ? " bf16" : " fp32") << (c.view_4d ? " 4-D" : " 2-D");
+  *os << "D " << c.head_dim << (c.bf16_keys ? " bf16" : " fp32") << (c.view_4d ? " 4-D" : " 2-D") << " P "
+      << c.page_tokens;
 }
 
 class StoreKeysTest : public ::testing::TestWithParam<std::tuple<dsa::Backend, StoreCase>> {};
@@ -85,7 +87,9 @@ TEST_P(StoreKeysTest, WritesExactlyTheReferenceBytes) {
   const auto& [backend, c] = GetParam();
   const dsa::ExecContext ctx = cpu_context(backend);
   Rng rng(static_cast<std::uint64_t>(c.head_dim + 7 * c.bf16_keys + 13 * c.power_of_two + c.page_padding));
-  CacheGeometry geometry{c.head_dim, 6, 64 * (c.head_dim + 4) + c.page_padding};
+  // 384 slots whatever the page size.
+  CacheGeometry geometry{c.head_dim, 384 / c.page_tokens, c.page_tokens * (c.head_dim + 4) + c.page_padding,
+                         c.page_tokens};
   const std::int64_t slots_total = geometry.num_slots();
 
   // Tokens: random keys, an all-zero key, a key with one huge value and tiny
@@ -130,12 +134,13 @@ TEST_P(StoreKeysTest, WritesExactlyTheReferenceBytes) {
                                                    : dsa::make_view(slots32.data(), dsa::DType::int32, {num_tokens});
   const std::int64_t width = c.head_dim + 4;
   const dsa::TensorView cache_view =
-      c.view_4d ? dsa::make_view(cache.data(), dsa::DType::uint8, {geometry.num_pages, 64, 1, width},
+      c.view_4d ? dsa::make_view(cache.data(), dsa::DType::uint8, {geometry.num_pages, c.page_tokens, 1, width},
                                  {geometry.page_stride, width, width, 1})
-                : dsa::make_view(cache.data(), dsa::DType::uint8, {geometry.num_pages, 64 * width},
+                : dsa::make_view(cache.data(), dsa::DType::uint8, {geometry.num_pages, c.page_tokens * width},
                                  {geometry.page_stride, 1});
   dsa::StoreKeysOptions options;
   options.power_of_two_scales = c.power_of_two;
+  options.page_size = c.view_4d ? 0 : c.page_tokens;  // a 2-D view does not tell it
   DSA_ASSERT_OK(dsa::store_index_keys(keys_view, slots_view, cache_view, options, ctx));
   std::int64_t mismatches = 0, first = -1;
   for (std::size_t i = 0; i < cache.size(); ++i) {
@@ -219,6 +224,12 @@ std::vector<StoreCase> store_cases() {
   cases.push_back({64, true, false, false, false, 0});
   cases.push_back({256, false, false, true, true, 16});
   cases.push_back({16, false, false, false, false, 0});
+  // 32-token pages, through either view.
+  cases.push_back({128, false, false, false, false, 0, 32});
+  cases.push_back({128, true, true, true, false, 48, 32});
+  cases.push_back({128, true, false, false, true, 0, 32});
+  cases.push_back({64, false, true, true, true, 16, 32});
+  cases.push_back({256, true, false, false, false, 0, 32});
   return cases;
 }
 
@@ -228,7 +239,7 @@ INSTANTIATE_TEST_SUITE_P(
       const StoreCase& c = std::get<1>(info.param);
       return "d" + std::to_string(c.head_dim) + (c.bf16_keys ? "_bf16" : "_fp32") + (c.int64_slots ? "_i64" : "_i32") +
              (c.power_of_two ? "_pow2" : "") + (c.view_4d ? "_4d" : "_2d") + "_pad" + std::to_string(c.page_padding) +
-             "_" + backend_label({std::get<0>(info.param), info.index});
+             "_p" + std::to_string(c.page_tokens) + "_" + backend_label({std::get<0>(info.param), info.index});
     });
 
 // ---- quantize_queries -------------------------------------------------------

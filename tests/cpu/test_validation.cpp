@@ -55,8 +55,19 @@ class ScoringValidation : public ::testing::TestWithParam<dsa::Backend> {
  protected:
   void SetUp() override {
     ctx = cpu_context(GetParam());
-    w = make_workload(WorkloadSpec{.batch = 2, .next_n = 2, .min_prefix = 100, .max_prefix = 200,
-                                   .padding_columns = 3, .seed = 8});
+    use_workload(spec_with_pages(dsa::kDefaultPageTokens));
+  }
+
+  // The valid problem's workload, on pages of `page_tokens` tokens.
+  static WorkloadSpec spec_with_pages(int page_tokens) {
+    return WorkloadSpec{.batch = 2, .next_n = 2, .min_prefix = 100, .max_prefix = 200, .padding_columns = 3,
+                        .page_tokens = page_tokens, .seed = 8};
+  }
+
+  // Every argument from `spec`'s workload; a 2-D cache view with the page
+  // size stated in the options unless it is the default 64.
+  void use_workload(const WorkloadSpec& spec) {
+    w = make_workload(spec);
     q = w.q_fp8_view();
     cache = w.cache_view_2d();
     weights = w.weights_view();
@@ -70,6 +81,7 @@ class ScoringValidation : public ::testing::TestWithParam<dsa::Backend> {
     index_output = int32_matrix(w.rows(), 16, 16, 0);
     indices = index_output.view;
     options.path = dsa::LogitsPath::native;
+    options.page_size = spec.page_tokens == dsa::kDefaultPageTokens ? 0 : spec.page_tokens;
   }
 
   dsa::Status call_logits() {
@@ -81,6 +93,7 @@ class ScoringValidation : public ::testing::TestWithParam<dsa::Backend> {
     o.k = k;
     o.path = dsa::LogitsPath::native;
     o.strategy = strategy;
+    o.page_size = options.page_size;
     return dsa::index_topk(q, cache, weights, lens, table, schedule, max_context_len(), topk_lens, indices, o, ctx);
   }
   std::int64_t max_context_len() const { return max_context_override >= 0 ? max_context_override : w.max_context_len; }
@@ -137,7 +150,7 @@ TEST_P(ScoringValidation, CacheRules) {
   EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_alignment, "paged_mqa_logits", "key_cache"));
   cache = dsa::make_view(good.data, dsa::DType::uint8, {pages / 2, min_bytes}, {2 * min_bytes, 2});
   EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_stride, "paged_mqa_logits", "key_cache"));
-  cache = dsa::make_view(good.data, dsa::DType::uint8, {pages, 32, 1, 132}, {min_bytes, 132, 132, 1});
+  cache = dsa::make_view(good.data, dsa::DType::uint8, {pages, 48, 1, 132}, {min_bytes, 132, 132, 1});
   EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_shape, "paged_mqa_logits", "key_cache"));
   cache = dsa::make_view(good.data, dsa::DType::uint8, {pages, 64, 1, 100}, {min_bytes, 100, 100, 1});
   EXPECT_EQ(call_logits().code(), ErrorCode::bad_shape);
@@ -184,33 +197,106 @@ TEST_P(ScoringValidation, LengthBeyondMaxContextLen) {
   EXPECT_FALSE(call_logits().ok());
 }
 
+// A row of L positions reads ceil(L / P) block-table columns.
 TEST_P(ScoringValidation, LengthBeyondTheBlockTable) {
-  // A view of the table narrower than the longest request needs.
-  std::int64_t longest = 0;
-  for (std::int64_t b = 0; b < w.batch; ++b) longest = std::max(longest, w.needed_pages(b));
-  table = dsa::make_view(w.block_table.data(), dsa::DType::int32, {w.batch, longest - 1}, {w.max_blocks, 1});
-  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::length_out_of_range, "paged_mqa_logits", "block_table"));
-  table = dsa::make_view(w.block_table.data(), dsa::DType::int32, {w.batch, longest}, {w.max_blocks, 1});
-  EXPECT_TRUE(call_logits().ok());
+  for (const int page_tokens : {64, 32}) {
+    SCOPED_TRACE("pages of " + std::to_string(page_tokens));
+    use_workload(spec_with_pages(page_tokens));
+    // A view of the table narrower than the longest request needs.
+    std::int64_t longest = 0;
+    for (std::int64_t b = 0; b < w.batch; ++b) longest = std::max(longest, w.needed_pages(b));
+    table = dsa::make_view(w.block_table.data(), dsa::DType::int32, {w.batch, longest - 1}, {w.max_blocks, 1});
+    const dsa::Status narrow = call_logits();
+    EXPECT_TRUE(fails_with(narrow, ErrorCode::length_out_of_range, "paged_mqa_logits", "block_table"));
+    EXPECT_NE(narrow.message().find("pages of " + std::to_string(page_tokens) + " tokens"), std::string::npos)
+        << narrow.message();
+    EXPECT_TRUE(fails_with(call_index_topk(), ErrorCode::length_out_of_range, "index_topk", "block_table"));
+    table = dsa::make_view(w.block_table.data(), dsa::DType::int32, {w.batch, longest}, {w.max_blocks, 1});
+    EXPECT_TRUE(call_logits().ok());
+    EXPECT_TRUE(call_index_topk().ok());
+  }
 }
 
+// The needed entries are checked, and only those: the ones past ceil(L / P)
+// may hold anything.
 TEST_P(ScoringValidation, PageIndexOutOfRange) {
-  const std::int64_t last_needed = w.needed_pages(1) - 1;
-  std::int32_t& entry = w.block_table[1 * w.max_blocks + last_needed];
-  const std::int32_t saved = entry;
-  for (const std::int32_t bad : {static_cast<std::int32_t>(w.geometry.num_pages), -1, INT_MIN}) {
-    entry = bad;
-    EXPECT_TRUE(fails_with(call_logits(), ErrorCode::page_out_of_range, "paged_mqa_logits", "block_table")) << bad;
-    EXPECT_EQ(call_index_topk().code(), ErrorCode::page_out_of_range) << bad;
+  for (const int page_tokens : {64, 32}) {
+    SCOPED_TRACE("pages of " + std::to_string(page_tokens));
+    use_workload(spec_with_pages(page_tokens));
+    const std::int64_t last_needed = w.needed_pages(1) - 1;
+    std::int32_t& entry = w.block_table[1 * w.max_blocks + last_needed];
+    const std::int32_t saved = entry;
+    for (const std::int32_t bad : {static_cast<std::int32_t>(w.geometry.num_pages), -1, INT_MIN}) {
+      entry = bad;
+      EXPECT_TRUE(fails_with(call_logits(), ErrorCode::page_out_of_range, "paged_mqa_logits", "block_table")) << bad;
+      EXPECT_EQ(call_index_topk().code(), ErrorCode::page_out_of_range) << bad;
+    }
+    entry = saved;
+    // Entries past the needed pages are never read, whatever they hold.
+    for (const std::int32_t padding : {-1, INT_MAX, INT_MIN}) {
+      for (std::int64_t b = 0; b < w.batch; ++b)
+        for (std::int64_t i = w.needed_pages(b); i < w.max_blocks; ++i) w.block_table[b * w.max_blocks + i] = padding;
+      EXPECT_TRUE(call_logits().ok()) << padding;
+      EXPECT_TRUE(call_index_topk().ok()) << padding;
+    }
   }
-  entry = saved;
-  // Entries past the needed pages are never read, whatever they hold.
-  for (const std::int32_t padding : {-1, INT_MAX, INT_MIN}) {
-    for (std::int64_t b = 0; b < w.batch; ++b)
-      for (std::int64_t i = w.needed_pages(b); i < w.max_blocks; ++i) w.block_table[b * w.max_blocks + i] = padding;
-    EXPECT_TRUE(call_logits().ok()) << padding;
-    EXPECT_TRUE(call_index_topk().ok()) << padding;
+}
+
+TEST_P(ScoringValidation, PageSizeRules) {
+  const std::int64_t pages = w.geometry.num_pages, min_bytes = 64 * 132;
+  // The option is 0, 32 or 64.
+  for (const int bad : {-1, 1, 16, 48, 65, 128}) {
+    options.page_size = bad;
+    EXPECT_TRUE(fails_with(call_logits(), ErrorCode::invalid_argument, "paged_mqa_logits", "options.page_size")) << bad;
+    EXPECT_TRUE(fails_with(call_index_topk(), ErrorCode::invalid_argument, "index_topk", "options.page_size")) << bad;
   }
+  // A 4-D view of pages of neither 32 nor 64 tokens.
+  options.page_size = 0;
+  const std::vector<std::int64_t> unsupported_tokens{16, 48, 128, (std::int64_t{1} << 32) + 64};
+  for (const std::int64_t tokens : unsupported_tokens) {
+    cache = dsa::make_view(w.cache.data(), dsa::DType::uint8, {pages / 4, tokens, 1, 132}, {min_bytes, 132, 132, 1});
+    EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_shape, "paged_mqa_logits", "key_cache")) << tokens;
+  }
+  // The option disagrees with the 4-D view: the view's 64 tokens a page against 32, and 32 against 64.
+  cache = w.cache_view_4d();
+  options.page_size = 32;
+  dsa::Status status = call_logits();
+  EXPECT_TRUE(fails_with(status, ErrorCode::bad_shape, "paged_mqa_logits", "key_cache"));
+  EXPECT_NE(status.message().find("options.page_size is 32"), std::string::npos) << status.message();
+  EXPECT_TRUE(fails_with(call_index_topk(), ErrorCode::bad_shape, "index_topk", "options.page_size"));
+  cache = dsa::make_view(w.cache.data(), dsa::DType::uint8, {pages, 32, 1, 132}, {min_bytes, 132, 132, 1});
+  options.page_size = 64;
+  EXPECT_TRUE(fails_with(call_logits(), ErrorCode::bad_shape, "paged_mqa_logits", "key_cache"));
+  // The option agreeing with the view, or left to it.
+  cache = w.cache_view_4d();
+  for (const int agreeing : {0, 64}) {
+    options.page_size = agreeing;
+    EXPECT_TRUE(call_logits().ok()) << agreeing;
+    EXPECT_TRUE(call_index_topk().ok()) << agreeing;
+  }
+  // A 2-D view whose pages hold 32 tokens, read as 64-token pages: too small.
+  cache = dsa::make_view(w.cache.data(), dsa::DType::uint8, {pages, 32 * 132}, {min_bytes, 1});
+  options.page_size = 0;
+  status = call_logits();
+  EXPECT_TRUE(fails_with(status, ErrorCode::bad_shape, "paged_mqa_logits", "key_cache"));
+  EXPECT_NE(status.message().find("P * (D + 4) = 64 * 132"), std::string::npos) << status.message();
+}
+
+// A 2-D view of 32-token pages with the option, or the 4-D view that tells it.
+TEST_P(ScoringValidation, Page32CacheViews) {
+  use_workload(spec_with_pages(32));
+  ASSERT_EQ(options.page_size, 32);
+  EXPECT_TRUE(call_logits().ok()) << call_logits().to_string();
+  EXPECT_TRUE(call_index_topk().ok()) << call_index_topk().to_string();
+  cache = dsa::make_view(w.cache.data(), dsa::DType::uint8, {w.geometry.num_pages, 32 * 132 - 16},
+                         {w.geometry.page_stride, 1});
+  const dsa::Status small = call_logits();
+  EXPECT_TRUE(fails_with(small, ErrorCode::bad_shape, "paged_mqa_logits", "key_cache"));
+  EXPECT_NE(small.message().find("P * (D + 4) = 32 * 132"), std::string::npos) << small.message();
+  cache = w.cache_view_4d();
+  options.page_size = 0;
+  EXPECT_TRUE(call_logits().ok());
+  EXPECT_TRUE(call_index_topk().ok());
 }
 
 TEST_P(ScoringValidation, BlockTableRules) {
@@ -712,6 +798,32 @@ TEST_P(OtherOpsValidation, StoreKeysRules) {
   EXPECT_TRUE(fails_with(store(good_keys, good_slots, with_data(cache, nullptr)), ErrorCode::null_pointer,
                          "store_index_keys", "cache"));
   EXPECT_EQ(store(good_keys, good_slots, on_cuda(cache)).code(), ErrorCode::bad_device);
+
+  // The same bytes as 2 * kPages pages of 32 tokens: the 2-D view with the
+  // option, or the 4-D view, which tells it (dsa/cache.hpp).
+  const std::int64_t pages_32 = 2 * kPages, bytes_32 = 32 * 132;
+  const dsa::TensorView cache_32 = dsa::make_view(cache_bytes.data(), dsa::DType::uint8, {pages_32, bytes_32});
+  const dsa::TensorView cache_32_4d =
+      dsa::make_view(cache_bytes.data(), dsa::DType::uint8, {pages_32, 32, 1, 132}, {bytes_32, 132, 132, 1});
+  auto store_pages = [&](const dsa::TensorView& c, int page_size) {
+    dsa::StoreKeysOptions options;
+    options.page_size = page_size;
+    return dsa::store_index_keys(good_keys, good_slots, c, options, ctx);
+  };
+  EXPECT_TRUE(store_pages(cache_32, 32).ok());
+  EXPECT_TRUE(store_pages(cache_32_4d, 0).ok());
+  EXPECT_TRUE(store_pages(cache_32_4d, 32).ok());
+  // Read as 64-token pages, the 2-D view's pages are too small.
+  EXPECT_TRUE(fails_with(store_pages(cache_32, 0), ErrorCode::bad_shape, "store_index_keys", "cache"));
+  EXPECT_TRUE(fails_with(store_pages(cache_32_4d, 64), ErrorCode::bad_shape, "store_index_keys", "cache"));
+  EXPECT_TRUE(fails_with(store_pages(cache_32, 48), ErrorCode::invalid_argument, "store_index_keys",
+                         "options.page_size"));
+  slots[3] = static_cast<std::int32_t>(pages_32 * 32 - 1);
+  EXPECT_TRUE(store_pages(cache_32, 32).ok());
+  slots[3] = static_cast<std::int32_t>(pages_32 * 32);
+  const dsa::Status beyond = store_pages(cache_32, 32);
+  EXPECT_TRUE(fails_with(beyond, ErrorCode::page_out_of_range, "store_index_keys", "slot_mapping"));
+  EXPECT_NE(beyond.message().find("6 pages of 32"), std::string::npos) << beyond.message();
 }
 
 TEST_P(OtherOpsValidation, QuantizeQueriesRules) {

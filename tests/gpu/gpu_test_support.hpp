@@ -143,8 +143,17 @@ struct DeviceWorkload {
   dsa::TensorView block_table_view() const {
     return device_view(block_table, dsa::DType::int32, {host->batch, host->max_blocks});
   }
+  // The 2-D view for 64-token pages (the options' default), the DeepGEMM
+  // view [num_pages, P, 1, D + 4] otherwise: it carries the page size, so
+  // every call reads the pages right without a page_size option.
   dsa::TensorView cache_view() const {
-    return device_view(cache, dsa::DType::uint8, {host->geometry.num_pages, host->geometry.page_stride});
+    const CacheGeometry& g = host->geometry;
+    if (g.page_tokens == dsa::kDefaultPageTokens) {
+      return device_view(cache, dsa::DType::uint8, {g.num_pages, g.page_stride});
+    }
+    const std::int64_t width = g.head_dim + 4;
+    return device_view(cache, dsa::DType::uint8, {g.num_pages, g.page_tokens, 1, width},
+                       {g.page_stride, width, width, 1});
   }
 };
 

@@ -288,6 +288,46 @@ TEST(GpuHopperShapes, UnservedShapesAreUnsupported) {
   }
 }
 
+// 32-token pages: cuda_hopper refuses them by name (for the logits and for
+// index_topk), and automatic scores them on the generic kernels, bit for bit.
+TEST(GpuHopperShapes, Page32GoesToTheGenericKernels) {
+  DSA_REQUIRE_HOPPER();
+  const Workload w = make_workload(WorkloadSpec{.batch = 3, .next_n = 2, .max_prefix = 500, .page_tokens = 32,
+                                                .seed = 32});
+  const DeviceWorkload dw(w);
+  GpuContext hopper(Backend::cuda_hopper, 0);
+  const HopperRun refused = run_hopper(dw, CallShape{}, hopper.ctx);
+  EXPECT_EQ(refused.status.code(), dsa::ErrorCode::unsupported) << refused.status.to_string();
+  EXPECT_NE(refused.status.message().find("64-token pages"), std::string::npos) << refused.status.message();
+
+  dsa::IndexTopkOptions options;
+  options.k = 64;
+  options.path = LogitsPath::native;
+  options.strategy = dsa::IndexTopkStrategy::logits_then_topk;
+  GpuContext hopper_topk(Backend::cuda_hopper, dsa::index_topk_workspace_bytes(w.rows(), w.max_context_len,
+                                                                               options, hopper.ctx));
+  const dsa::DeviceBuffer schedule = plan_on_device(dw, workers_for(hopper_topk.ctx), LogitsPath::native,
+                                                    hopper_topk.ctx);
+  const dsa::DeviceBuffer indices = device_filled(4 * w.rows() * options.k, 0xFF);
+  const dsa::Status topk_status = dsa::index_topk(
+      dw.q_view(), dw.cache_view(), dw.weights_view(), dw.lens_view(), dw.block_table_view(),
+      schedule_view(schedule), w.max_context_len, dw.causal_view(),
+      device_view(indices, DType::int32, {w.rows(), options.k}), options, hopper_topk.ctx);
+  EXPECT_EQ(topk_status.code(), dsa::ErrorCode::unsupported) << topk_status.to_string();
+
+  GpuContext automatic(Backend::automatic, 0);
+  automatic.ctx.check_device_errors = true;
+  GpuContext generic(Backend::cuda_generic, 0);
+  generic.ctx.check_device_errors = true;
+  const HopperRun from_automatic = run_hopper(dw, CallShape{}, automatic.ctx);
+  const HopperRun from_generic = run_hopper(dw, CallShape{}, generic.ctx);
+  DSA_GPU_ASSERT_OK(from_automatic.status);
+  DSA_GPU_ASSERT_OK(from_generic.status);
+  EXPECT_TRUE(logits_match(w, w.reference(), from_automatic.bytes, DType::float32, from_automatic.stride, true,
+                           logits_tolerance(Backend::cuda_generic)));
+  EXPECT_EQ(from_automatic.bytes, from_generic.bytes);
+}
+
 // ---- Data-dependent errors ------------------------------------------------------
 
 class GpuHopperErrors : public ::testing::Test {

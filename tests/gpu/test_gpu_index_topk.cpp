@@ -50,35 +50,43 @@ dsa::DeviceBuffer reference_logits(const DeviceWorkload& dw, const dsa::DeviceBu
   return logits;
 }
 
-// Its second step: topk over the causal lengths with index_topk's options.
+// Its second step: topk over the causal lengths with index_topk's options,
+// positions turned into slots of the cache's pages by the reference's rule.
 std::vector<std::int32_t> reference_indices(const DeviceWorkload& dw, const dsa::DeviceBuffer& logits, int k,
                                             bool sorted, bool physical, const dsa::ExecContext& ctx) {
   const Workload& w = *dw.host;
   dsa::TopkOptions options;
   options.sorted = sorted;
-  if (physical) {
-    options.block_table = dw.block_table_view();
-    options.rows_per_request = w.next_n;
-  }
   const dsa::DeviceBuffer want = device_filled(4 * w.rows() * k, 0xFF);
   const dsa::Status status =
       dsa::topk(device_view(logits, DType::float32, {w.rows(), w.max_context_len}), dw.causal_view(), k,
                 device_view(want, DType::int32, {w.rows(), k}), options, ctx);
   EXPECT_TRUE(status.ok()) << status.to_string();
-  return host_copy<std::int32_t>(want);
+  std::vector<std::int32_t> indices = host_copy<std::int32_t>(want);
+  if (physical) {
+    for (std::int64_t r = 0; r < w.rows(); ++r) {
+      const std::int32_t* table_row = w.block_table.data() + r / w.next_n * w.max_blocks;
+      for (std::int64_t i = r * k; i < (r + 1) * k; ++i) {
+        if (indices[i] >= 0) indices[i] = static_cast<std::int32_t>(w.geometry.position_slot(table_row, indices[i]));
+      }
+    }
+  }
+  return indices;
 }
 
 // index_topk is exactly topk(paged_mqa_logits(...)) with the same options.
 TEST(GpuIndexTopk, EqualsLogitsThenTopk) {
   DSA_REQUIRE_GPU();
   for (Backend backend : {Backend::cuda_generic, Backend::automatic}) {
-    for (bool physical : {false, true}) {
+    for (const auto& [physical, page_tokens] : {std::pair{false, 64}, std::pair{true, 64}, std::pair{false, 32},
+                                                 std::pair{true, 32}}) {
       WorkloadSpec spec;
       spec.batch = 3;
       spec.next_n = 3;
       spec.convention = LengthConvention::expanded;  // top-k lengths then differ from the context lengths
       spec.min_prefix = 0;
       spec.max_prefix = 1500;
+      spec.page_tokens = page_tokens;
       spec.seed = 41 + physical;
       const Workload w = make_workload(spec);
       const DeviceWorkload dw(w);
@@ -108,15 +116,19 @@ TEST(GpuIndexTopk, EqualsLogitsThenTopk) {
                                                    dw.block_table_view(), schedule_view(schedule), w.max_context_len,
                                                    dw.causal_view(), device_view(got, DType::int32, {rows, k}),
                                                    options, gpu.ctx);
-        // The fused strategy needs the Hopper kernels.
-        if (strategy == dsa::IndexTopkStrategy::fused && (backend == Backend::cuda_generic || !device_is_sm90())) {
+        // The fused strategy needs the Hopper kernels, which read 64-token pages.
+        if (strategy == dsa::IndexTopkStrategy::fused &&
+            (backend == Backend::cuda_generic || !device_is_sm90() || page_tokens != 64)) {
           EXPECT_EQ(status.code(), dsa::ErrorCode::unsupported) << status.to_string();
+          if (page_tokens != 64) {
+            EXPECT_NE(status.message().find("32-token pages"), std::string::npos) << status.message();
+          }
           continue;
         }
         DSA_GPU_ASSERT_OK(status);
         EXPECT_EQ(host_copy<std::int32_t>(got), expected)
-            << backend_tag(backend) << (physical ? " physical slots" : " positions") << " strategy "
-            << static_cast<int>(strategy);
+            << backend_tag(backend) << (physical ? " physical slots" : " positions") << " pages of "
+            << page_tokens << " strategy " << static_cast<int>(strategy);
       }
     }
   }
@@ -175,9 +187,9 @@ void scale_sampled_tokens(Workload& w, float factor) {
     const sampling::SampleMap map = sampling::sample_map(w.needed_pages(b));
     for (std::int32_t u = 0; u < map.count; ++u) {
       const std::int64_t position = sampling::sample_position(map, u);
-      const std::int64_t page = w.block_table[b * w.max_blocks + position / dsa::kPageTokens];
+      const std::int64_t slot = w.geometry.position_slot(w.block_table.data() + b * w.max_blocks, position);
       float scale = 0.0f;
-      std::uint8_t* at = w.cache.data() + w.geometry.scale_byte(page * dsa::kPageTokens + position % dsa::kPageTokens);
+      std::uint8_t* at = w.cache.data() + w.geometry.scale_byte(slot);
       std::memcpy(&scale, at, sizeof scale);
       scale *= factor;
       std::memcpy(at, &scale, sizeof scale);

@@ -181,6 +181,15 @@ std::vector<LogitsCase> logits_cases() {
     s.extreme_products = true;
     add("extreme_products", s);
   }
+  {
+    WorkloadSpec s = base;  // lengths ending at, before and after 32-token pages and 64-position tiles
+    s.next_n = 1;
+    s.context_lens = {0, 1, 2, 31, 32, 33, 63, 64, 65, 95, 96, 97, 255, 256, 257, 700};
+    s.batch = 16;
+    add("page_and_tile_edges", s)->clean = true;
+  }
+  // Every case again on 32-token pages (a generic-kernel tile gathers two).
+  repeat_on_32_token_pages(cases);
   return cases;
 }
 
@@ -239,6 +248,7 @@ TEST(GpuLogitsPaths, NativeAndPerTokenAgree) {
       spec.batch = 3;
       spec.next_n = next_n;
       spec.max_prefix = 900;
+      spec.page_tokens = next_n % 2 == 0 ? 32 : 64;
       spec.seed = 7 + next_n;
       const Workload w = make_workload(spec);
       const ReferenceLogits ref = w.reference();
@@ -396,6 +406,48 @@ TEST_P(GpuLogitsErrors, StaleScheduleStillCovers) {
   EXPECT_EQ(run_both_ways(w_, &view, &bytes, w_.max_context_len), dsa::ErrorCode::ok);
   EXPECT_TRUE(logits_match(w_, w_.reference(), bytes, DType::float32, w_.max_context_len, false,
                            logits_tolerance(GetParam())));
+}
+
+// 32-token pages: a refused entry turns only its own page's positions into
+// NaN, whichever half of a generic-kernel tile it fills; the other half and
+// every other page are scored.
+TEST_P(GpuLogitsErrors, Page32NeededPageOutOfRangeInEitherHalfOfATile) {
+  const Workload base = make_workload(WorkloadSpec{.batch = 3, .next_n = 2, .min_prefix = 200, .max_prefix = 400,
+                                                   .block_table_padding = 1 << 30, .page_tokens = 32, .seed = 32});
+  const ReferenceLogits ref = base.reference();
+  for (const std::int64_t column : {2, 3}) {  // positions 64..95 and 96..127: the halves of the second tile
+    for (const std::int32_t bad : {-1, static_cast<std::int32_t>(base.geometry.num_pages)}) {
+      SCOPED_TRACE("column " + std::to_string(column) + " entry " + std::to_string(bad));
+      Workload w = base;
+      w.block_table[1 * w.max_blocks + column] = bad;
+      std::vector<std::uint8_t> bytes;
+      EXPECT_EQ(run_both_ways(w, nullptr, &bytes, w.max_context_len), dsa::ErrorCode::page_out_of_range);
+      for (std::int64_t row = 0; row < w.rows(); ++row) {
+        for (std::int64_t p = 0; p < w.context_lens[row]; ++p) {
+          const float got = logit_of(bytes, w.max_context_len, row, p);
+          if (row / w.next_n == 1 && p / 32 == column) {
+            ASSERT_TRUE(std::isnan(got)) << "row " << row << " pos " << p;
+          } else {
+            ASSERT_NEAR(got, ref.value[row * ref.cols + p],
+                        logits_tolerance(GetParam()) * ref.magnitude[row * ref.cols + p] + 1e-30)
+                << "row " << row << " pos " << p;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(GpuLogitsErrors, Page32LengthBeyondBlockTable) {
+  Workload w = make_workload(WorkloadSpec{.batch = 3, .next_n = 2, .max_prefix = 300, .page_tokens = 32, .seed = 33});
+  const std::int32_t too_long = static_cast<std::int32_t>(w.max_blocks * 32 + 1);  // fits 64-token pages
+  w.context_lens[3] = too_long;
+  w.max_context_len = too_long + 10;
+  std::vector<std::uint8_t> bytes;
+  EXPECT_EQ(run_both_ways(w, nullptr, &bytes, w.max_context_len), dsa::ErrorCode::length_out_of_range);
+  for (std::int64_t p = 0; p < w.max_context_len; ++p) {
+    ASSERT_TRUE(std::isnan(logit_of(bytes, w.max_context_len, 3, p))) << p;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, GpuLogitsErrors, ::testing::Values(Backend::cuda_generic, Backend::automatic),

@@ -33,6 +33,8 @@ struct StoreCase {
   DType keys_dtype;
   DType slots_dtype;
   bool power_of_two;
+  int page_tokens = 64;
+  bool view_4d = false;  // the DeepGEMM view (which tells the page size), else 2-D with the option
 };
 
 class GpuStoreKeys : public ::testing::TestWithParam<StoreCase> {};
@@ -43,8 +45,9 @@ TEST_P(GpuStoreKeys, BitExactWithReference) {
   Rng rng(c.head_dim * 7 + static_cast<int>(c.keys_dtype));
   CacheGeometry geometry;
   geometry.head_dim = c.head_dim;
-  geometry.num_pages = 5;
-  geometry.page_stride = std::int64_t{kTokensPerPage} * (c.head_dim + 4) + 16;
+  geometry.page_tokens = c.page_tokens;
+  geometry.num_pages = 320 / c.page_tokens;
+  geometry.page_stride = std::int64_t{c.page_tokens} * (c.head_dim + 4) + 16;
   const std::int64_t tokens = 150;
   std::vector<float> keys(static_cast<std::size_t>(tokens * c.head_dim));
   for (std::int64_t t = 0; t < tokens; ++t) random_vector(rng, keys.data() + t * c.head_dim, c.head_dim);
@@ -71,10 +74,15 @@ TEST_P(GpuStoreKeys, BitExactWithReference) {
   gpu.ctx.check_device_errors = true;
   dsa::StoreKeysOptions options;
   options.power_of_two_scales = c.power_of_two;
+  options.page_size = c.view_4d ? 0 : c.page_tokens;
+  const std::int64_t width = c.head_dim + 4;
+  const dsa::TensorView cache_view =
+      c.view_4d ? device_view(cache, DType::uint8, {geometry.num_pages, c.page_tokens, 1, width},
+                              {geometry.page_stride, width, width, 1})
+                : device_view(cache, DType::uint8, {geometry.num_pages, geometry.page_stride});
   DSA_GPU_ASSERT_OK(dsa::store_index_keys(device_view(keys_device, c.keys_dtype, {tokens, c.head_dim}),
-                                          device_view(slots_device, c.slots_dtype, {tokens}),
-                                          device_view(cache, DType::uint8, {geometry.num_pages, geometry.page_stride}),
-                                          options, gpu.ctx));
+                                          device_view(slots_device, c.slots_dtype, {tokens}), cache_view, options,
+                                          gpu.ctx));
   const std::vector<std::uint8_t> got = host_copy<std::uint8_t>(cache);
   ASSERT_EQ(got.size(), expected.size());
   for (std::size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], expected[i]) << "cache byte " << i;
@@ -85,35 +93,45 @@ INSTANTIATE_TEST_SUITE_P(Cases, GpuStoreKeys,
                                            StoreCase{128, DType::bfloat16, DType::int32, false},
                                            StoreCase{128, DType::float32, DType::int32, true},
                                            StoreCase{64, DType::bfloat16, DType::int64, true},
-                                           StoreCase{48, DType::float32, DType::int64, false}));
+                                           StoreCase{48, DType::float32, DType::int64, false},
+                                           StoreCase{128, DType::bfloat16, DType::int32, false, 32},
+                                           StoreCase{128, DType::float32, DType::int64, true, 32, true},
+                                           StoreCase{64, DType::bfloat16, DType::int32, true, 64, true},
+                                           StoreCase{48, DType::float32, DType::int64, false, 32}));
 
 TEST(GpuStoreKeysErrors, SlotBeyondCacheIsRecordedAndSkipped) {
   DSA_REQUIRE_GPU();
-  const int head_dim = 128;
-  CacheGeometry geometry;
-  geometry.head_dim = head_dim;
-  geometry.num_pages = 2;
-  geometry.page_stride = std::int64_t{kTokensPerPage} * (head_dim + 4);
-  Rng rng(5);
-  std::vector<float> keys(3 * head_dim);
-  for (int t = 0; t < 3; ++t) random_vector(rng, keys.data() + t * head_dim, head_dim);
-  const std::vector<std::int64_t> slots = {3, geometry.num_slots() + 10, 100};
-  std::vector<std::uint8_t> expected(static_cast<std::size_t>(geometry.bytes()), 0xAB);
-  const dsa::DeviceBuffer cache = device_copy(expected);
-  store_token(keys.data(), 3, geometry, false, expected.data());
-  store_token(keys.data() + 2 * head_dim, 100, geometry, false, expected.data());
-  const dsa::DeviceBuffer keys_device = device_copy(keys);
-  const dsa::DeviceBuffer slots_device = device_copy(slots);
-  for (bool check : {true, false}) {
-    GpuContext gpu(Backend::cuda_generic, 0);
-    gpu.ctx.check_device_errors = check;
-    const dsa::Status status = dsa::store_index_keys(
-        device_view(keys_device, DType::float32, {3, head_dim}), device_view(slots_device, DType::int64, {3}),
-        device_view(cache, DType::uint8, {geometry.num_pages, geometry.page_stride}), {}, gpu.ctx);
-    const dsa::Status reported = check ? status : dsa::read_device_error(gpu.ctx);
-    if (!check) DSA_GPU_ASSERT_OK(status);
-    EXPECT_EQ(reported.code(), dsa::ErrorCode::page_out_of_range) << reported.to_string();
-    EXPECT_EQ(host_copy<std::uint8_t>(cache), expected);
+  for (const int page_tokens : {64, 32}) {
+    SCOPED_TRACE("pages of " + std::to_string(page_tokens));
+    const int head_dim = 128;
+    CacheGeometry geometry;
+    geometry.head_dim = head_dim;
+    geometry.page_tokens = page_tokens;
+    geometry.num_pages = 4 * 32 / page_tokens;  // 128 slots
+    geometry.page_stride = std::int64_t{page_tokens} * (head_dim + 4);
+    Rng rng(5);
+    std::vector<float> keys(3 * head_dim);
+    for (int t = 0; t < 3; ++t) random_vector(rng, keys.data() + t * head_dim, head_dim);
+    const std::vector<std::int64_t> slots = {3, geometry.num_slots() + 10, 100};
+    std::vector<std::uint8_t> expected(static_cast<std::size_t>(geometry.bytes()), 0xAB);
+    const dsa::DeviceBuffer cache = device_copy(expected);
+    store_token(keys.data(), 3, geometry, false, expected.data());
+    store_token(keys.data() + 2 * head_dim, 100, geometry, false, expected.data());
+    const dsa::DeviceBuffer keys_device = device_copy(keys);
+    const dsa::DeviceBuffer slots_device = device_copy(slots);
+    for (bool check : {true, false}) {
+      GpuContext gpu(Backend::cuda_generic, 0);
+      gpu.ctx.check_device_errors = check;
+      dsa::StoreKeysOptions options;
+      options.page_size = page_tokens;
+      const dsa::Status status = dsa::store_index_keys(
+          device_view(keys_device, DType::float32, {3, head_dim}), device_view(slots_device, DType::int64, {3}),
+          device_view(cache, DType::uint8, {geometry.num_pages, geometry.page_stride}), options, gpu.ctx);
+      const dsa::Status reported = check ? status : dsa::read_device_error(gpu.ctx);
+      if (!check) DSA_GPU_ASSERT_OK(status);
+      EXPECT_EQ(reported.code(), dsa::ErrorCode::page_out_of_range) << reported.to_string();
+      EXPECT_EQ(host_copy<std::uint8_t>(cache), expected);
+    }
   }
 }
 

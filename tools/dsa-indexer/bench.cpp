@@ -217,16 +217,18 @@ void measure_step(const Bench& bench, const Pipeline& pipeline, const Rotation& 
   }, result);
 }
 
-PointResult measure_point(const Bench& bench, const GridPoint& point, int heads, int k, std::uint64_t seed) {
+PointResult measure_point(const Bench& bench, const GridPoint& point, const Options& options, std::uint64_t seed) {
   PointResult result;
   result.point = point;
   WorkloadShape shape;
   shape.batch = point.batch;
   shape.avg_context = point.avg_context;
   shape.next_n = point.next_n;
-  shape.heads = heads;
+  shape.heads = options.heads;
   shape.spread = kSpread;
   shape.seed = seed;
+  shape.page_tokens = options.page_size;
+  const int k = options.k;
   const WorkloadLayout layout = make_layout(shape);
   result.traffic = traffic_of(shape, layout);
   const std::int64_t rows = shape.rows();
@@ -538,6 +540,7 @@ int gpu_bench(const Options& options, const Target& target, std::FILE* text, Jso
   parameters.set("spread", kSpread);
   parameters.set("lengths", "causal");
   parameters.set("page_order", "random permutation");
+  parameters.set("page_size", options.page_size);
   parameters.set("seed", static_cast<std::int64_t>(options.seed));
   Json& timing = document->set("timing", Json::object());
   timing.set("method", "CUDA events around the enqueued work of each call, the stream held until the call is "
@@ -555,7 +558,7 @@ int gpu_bench(const Options& options, const Target& target, std::FILE* text, Jso
                  static_cast<long long>(points[i].batch), context_label(points[i].avg_context).c_str(),
                  points[i].next_n);
     std::fflush(text);
-    results.push_back(measure_point(bench, points[i], options.heads, options.k, options.seed + i));
+    results.push_back(measure_point(bench, points[i], options, options.seed + i));
     grid.push(point_json(results.back()));
     all_ok = all_ok && results.back().problems.empty();
   }
@@ -595,9 +598,9 @@ int gpu_bench(const Options& options, const Target& target, std::FILE* text, Jso
   }
 
   if (!results.empty()) {
-    std::fprintf(text, "\nreference grid: H=%d D=%d k=%d, causal lengths +-30%%, random page order; "
+    std::fprintf(text, "\nreference grid: H=%d D=%d k=%d, causal lengths +-30%%, %d-token pages in random order; "
                        "median of %d runs (CUDA events around the enqueued work), inputs rotated over >= 2 copies\n",
-                 options.heads, kHeadDim, options.k, bench.iters);
+                 options.heads, kHeadDim, options.k, options.page_size, bench.iters);
     std::fprintf(text, "floor = max(bytes / copy bandwidth, FLOPs / fp8 rate); floor/t = fraction of the floor reached; "
                        "host = the host's time per native call (validation and enqueue); speedup = per-token / native\n");
     print_grid_table(text, results, true);
@@ -633,7 +636,7 @@ int cpu_bench(const Options& options, const Target& target, std::FILE* text, Jso
   bench.ctx.backend = target.backend;
   bench.iters = options.iters.value_or(kCpuIters);
   const GridPoint point{2, 2048, 2};
-  const PointResult result = measure_point(bench, point, options.heads, options.k, options.seed);
+  const PointResult result = measure_point(bench, point, options, options.seed);
   Json& cpu = document->set("cpu_point", point_json(result));
   cpu.set("method", "std::chrono wall clock, median");
   cpu.set("iters", bench.iters);

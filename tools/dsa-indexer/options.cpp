@@ -7,6 +7,8 @@
 #include <limits>
 #include <string_view>
 
+#include "dsa/cache.hpp"
+
 namespace dsa_cli {
 namespace {
 
@@ -125,6 +127,15 @@ std::vector<Flag> flag_table() {
          std::string error = integer_in_range("--heads", v, 1, kMaxHeads, &value);
          o.heads = static_cast<int>(value);
          return error;
+       }},
+      {"--page-size", true, true,
+       [](std::string_view v, Options& o) -> std::string {
+         const auto value = parse_integer(v);
+         if (!value || !dsa::supported_page_size(*value)) {
+           return "--page-size: expected 32 or 64 (tokens per cache page), got '" + std::string(v) + "'";
+         }
+         o.page_size = static_cast<int>(*value);
+         return {};
        }},
       {"--path", true, false,
        [](std::string_view v, Options& o) {
@@ -291,6 +302,8 @@ Options of the default run:
   --spread F      lengths uniform in +-F around the average, 0 <= F < 1 (default 0.3)
   --next-n N      draft tokens per request, 1..8 (default 2)
   --heads N       indexer heads H, 1..256 (default 64; the Hopper kernels serve 32 and 64)
+  --page-size P   tokens per cache page, 32 or 64 (default 64; the Hopper kernels read 64;
+                  with 32 a GPU run scores on the generic kernels)
   --k N           top-k, 1..2048 (default 2048)
   --path P        auto | native | per-token: how the logits kernel reads the cache
   --seed N        random seed of the workload (default 1)
@@ -305,14 +318,15 @@ Options of bench:
   --grid G        full: B in {32, 128} x average context {8K, 32K, 64K} x next_n 1..4;
                   small: B in {1, 4, 8, 16} at 4K and 16K, B=32 at 8K and B=128 at 64K,
                   next_n 1..4; topk: only the top-k lines (default full)
-  --heads N, --k N, --seed N
+  --heads N, --page-size P, --k N, --seed N
   --iters N       timed repetitions per measurement (default 50)
   --json[=FILE]   everything measured, as JSON; the table is printed at the end
   Without a CUDA device, bench says the grid needs a GPU, times one small point on the
   CPU backend (no floor: the rates it needs are GPU measurements) and exits 0.
 
 Lengths are causal (row j of request b sees prefix_b + j + 1 positions), pages are
-randomly permuted, H x D = heads x 128, page size 64. See docs/cli.md.
+randomly permuted, H x D = heads x 128, page size 64 unless --page-size says 32.
+See docs/cli.md.
 )";
 }
 

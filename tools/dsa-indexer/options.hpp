@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "dsa/cache.hpp"
 #include "dsa/schedule.hpp"
 
 namespace dsa_cli {
@@ -33,6 +34,7 @@ struct Options {
   double spread = 0.3;
   int k = 2048;
   int heads = 64;
+  int page_size = dsa::kDefaultPageTokens;  // tokens per cache page: 32 or 64
   dsa::LogitsPath path = dsa::LogitsPath::automatic;
   std::uint64_t seed = 1;
   // Timed repetitions per measurement; unset: a few on the CPU, many on a GPU.

@@ -63,9 +63,10 @@ dsa::Status Pipeline::upload_queries(const HostInputs& inputs) {
   return head_gate.upload(inputs.head_gate.data(), inputs.head_gate.size() * sizeof(std::uint16_t));
 }
 
+// The 2-D view: the calls give the page size in their options.
 dsa::TensorView Pipeline::cache_view_of(const Buffer& memory) const {
   return memory.view(dsa::DType::uint8,
-                     {num_pages_, dsa::KeyCacheLayout{shape_.head_dim}.min_page_bytes()});
+                     {num_pages_, dsa::KeyCacheLayout{shape_.head_dim, shape_.page_tokens}.min_page_bytes()});
 }
 
 dsa::TensorView Pipeline::q_fp8_view() const {
@@ -94,8 +95,10 @@ dsa::TensorView Pipeline::logits_view_of(const Buffer& memory) const {
 }
 
 dsa::Status Pipeline::run_store_keys(const dsa::ExecContext& ctx) const {
+  dsa::StoreKeysOptions options;
+  options.page_size = shape_.page_tokens;
   return dsa::store_index_keys(keys.view(dsa::DType::bfloat16, {num_tokens_, shape_.head_dim}),
-                               slots.view(dsa::DType::int32, {num_tokens_}), cache_view(), {}, ctx);
+                               slots.view(dsa::DType::int32, {num_tokens_}), cache_view(), options, ctx);
 }
 
 dsa::Status Pipeline::run_quantize(const dsa::ExecContext& ctx) const {
@@ -120,6 +123,7 @@ dsa::Status Pipeline::run_logits(dsa::LogitsPath path, const Buffer& schedule_me
                              const dsa::ExecContext& ctx) const {
   dsa::LogitsOptions options;
   options.path = path;
+  options.page_size = shape_.page_tokens;
   return dsa::paged_mqa_logits(q_fp8_view(), cache_in, weights_view(), context_lens_view(), block_table_view(),
                                schedule_memory.view(dsa::DType::int32, {num_workers_ + 1, 2}), max_context_len_,
                                logits_view(), options, ctx);
@@ -143,6 +147,7 @@ dsa::Status Pipeline::run_index_topk(dsa::LogitsPath path, const Buffer& schedul
   options.k = k_;
   options.path = path;
   options.strategy = strategy;
+  options.page_size = shape_.page_tokens;
   return dsa::index_topk(q_fp8_view(), cache_in, weights_view(), context_lens_view(), block_table_view(),
                          schedule_memory.view(dsa::DType::int32, {num_workers_ + 1, 2}), max_context_len_,
                          dsa::TensorView{}, fused_indices.view(dsa::DType::int32, {shape_.rows(), k_}), options,

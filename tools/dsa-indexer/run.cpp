@@ -81,6 +81,7 @@ dsa::Status reference_logits_slice(const Pipeline& ref, std::int64_t first, std:
   DSA_RETURN_IF_ERROR(dsa::plan_schedule(lengths, 1, dsa::LogitsPath::native, schedule, ctx));
   dsa::LogitsOptions options;
   options.path = dsa::LogitsPath::native;
+  options.page_size = shape.page_tokens;
   return dsa::paged_mqa_logits(q, ref.cache_view(), weights, lengths, block_table, schedule,
                                ref.max_context_len(), logits, options, ctx);
 }
@@ -146,6 +147,7 @@ dsa::Status execute_run(const Options& options, std::FILE* text, Json* document,
   shape.heads = options.heads;
   shape.spread = options.spread;
   shape.seed = options.seed;
+  shape.page_tokens = options.page_size;
   const int k = options.k;
   const int iters = options.iters.value_or(gpu ? kGpuIters : kCpuIters);
   const int warmup = gpu ? kGpuWarmup : 0;  // the CPU was just warmed by the checked pass
@@ -202,6 +204,7 @@ dsa::Status execute_run(const Options& options, std::FILE* text, Json* document,
   shape_json.set("lengths", "causal");
   shape_json.set("max_context_len", layout.max_context_len);
   shape_json.set("num_pages", layout.num_pages);
+  shape_json.set("page_size", shape.page_tokens);
   shape_json.set("page_order", "random permutation");
   shape_json.set("path", dsa::logits_path_name(path));
   shape_json.set("num_workers", workers);
@@ -210,11 +213,11 @@ dsa::Status execute_run(const Options& options, std::FILE* text, Json* document,
                dsa::backend_name(target.backend), device_text.c_str());
   std::fprintf(text,
                "workload: B=%lld next_n=%d H=%d D=%d k=%d; causal lengths avg %lld +-%s (max %lld); "
-               "%lld pages, random order; %s path, %d workers\n",
+               "%lld pages of %d tokens, random order; %s path, %d workers\n",
                static_cast<long long>(shape.batch), shape.next_n, shape.heads, shape.head_dim, k,
                static_cast<long long>(shape.avg_context), percent_text(shape.spread).c_str(),
                static_cast<long long>(layout.max_context_len), static_cast<long long>(layout.num_pages),
-               dsa::logits_path_name(path), workers);
+               shape.page_tokens, dsa::logits_path_name(path), workers);
 
   dsa::IndexTopkStrategy strategy = dsa::IndexTopkStrategy::fused;
   const std::vector<Stage> stages = {

@@ -74,8 +74,8 @@ std::int64_t longest_varied_length(std::int64_t average, double spread) {
   return static_cast<std::int64_t>(std::ceil(static_cast<double>(average) * (1.0 + spread)));
 }
 
-// Pages holding `length` tokens.
-std::int64_t pages_for(std::int64_t length) { return (length + dsa::kPageTokens - 1) / dsa::kPageTokens; }
+// Pages of P tokens holding `length` tokens.
+std::int64_t pages_for(std::int64_t length, int page_tokens) { return (length + page_tokens - 1) / page_tokens; }
 
 }  // namespace
 
@@ -87,7 +87,7 @@ std::uint16_t float_to_bf16(float value) {
 }
 
 std::int64_t WorkloadLayout::cache_bytes(int head_dim) const {
-  return num_pages * dsa::KeyCacheLayout{head_dim}.min_page_bytes();
+  return num_pages * dsa::KeyCacheLayout{head_dim, page_tokens}.min_page_bytes();
 }
 
 std::vector<std::int32_t> varied_lengths(std::int64_t count, std::int64_t average, double spread,
@@ -104,7 +104,7 @@ std::vector<std::int32_t> varied_lengths(std::int64_t count, std::int64_t averag
 
 std::int64_t max_cache_slots(const WorkloadShape& shape) {
   const std::int64_t longest_row = longest_varied_length(shape.avg_context, shape.spread) + shape.next_n;
-  return shape.batch * pages_for(longest_row) * dsa::kPageTokens;
+  return shape.batch * pages_for(longest_row, shape.page_tokens) * shape.page_tokens;
 }
 
 WorkloadLayout make_layout(const WorkloadShape& shape) {
@@ -127,11 +127,12 @@ WorkloadLayout make_layout(const WorkloadShape& shape) {
     }
     const std::int64_t max_len = prefix + next_n;
     layout.max_context_len = std::max(layout.max_context_len, max_len);
-    const std::int64_t pages = pages_for(max_len);
+    const std::int64_t pages = pages_for(max_len, shape.page_tokens);
     layout.max_blocks = std::max(layout.max_blocks, pages);
     total_pages += pages;
   }
   layout.num_pages = total_pages;
+  layout.page_tokens = shape.page_tokens;
 
   std::vector<std::int32_t> permutation(static_cast<std::size_t>(total_pages));
   std::iota(permutation.begin(), permutation.end(), 0);
@@ -145,13 +146,14 @@ WorkloadLayout make_layout(const WorkloadShape& shape) {
   std::size_t next_page = 0;
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::int64_t max_len = request_max_len(layout, b, next_n);
-    const std::int64_t pages_needed = pages_for(max_len);
+    const std::int64_t pages_needed = pages_for(max_len, shape.page_tokens);
     for (std::int64_t i = 0; i < pages_needed; ++i) {
       layout.block_table[static_cast<std::size_t>(b * layout.max_blocks + i)] = permutation[next_page++];
     }
+    const int page_tokens = shape.page_tokens;
     for (std::int64_t p = 0; p < max_len; ++p) {
-      const std::int32_t page = layout.block_table[static_cast<std::size_t>(b * layout.max_blocks + p / dsa::kPageTokens)];
-      layout.slot_mapping.push_back(page * dsa::kPageTokens + static_cast<std::int32_t>(p % dsa::kPageTokens));
+      const std::int32_t page = layout.block_table[static_cast<std::size_t>(b * layout.max_blocks + p / page_tokens)];
+      layout.slot_mapping.push_back(page * page_tokens + static_cast<std::int32_t>(p % page_tokens));
     }
   }
   return layout;

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "dsa/cache.hpp"
+
 namespace dsa_cli {
 
 inline constexpr int kHeadDim = 128;
@@ -17,6 +19,7 @@ struct WorkloadShape {
   std::int64_t avg_context = 4096;  // average context length (tokens)
   double spread = 0.3;              // lengths uniform in +-spread around the average
   std::uint64_t seed = 1;
+  int page_tokens = dsa::kDefaultPageTokens;  // tokens per cache page P: 32 or 64
 
   std::int64_t rows() const { return batch * next_n; }
 };
@@ -28,13 +31,14 @@ struct WorkloadLayout {
   std::int64_t max_context_len = 0;
   std::int64_t max_blocks = 0;             // block-table columns
   std::int64_t num_pages = 0;
+  int page_tokens = dsa::kDefaultPageTokens;  // P, the shape's
   std::vector<std::int32_t> block_table;   // [B, max_blocks]; -1 past a request's pages
   // Every cached token, request by request and position by position: its slot
-  // block_table[b, p / 64] * 64 + p % 64.
+  // block_table[b, p / P] * P + p % P.
   std::vector<std::int32_t> slot_mapping;
 
   std::int64_t num_tokens() const { return static_cast<std::int64_t>(slot_mapping.size()); }
-  std::int64_t cache_bytes(int head_dim) const;  // num_pages * 64 * (D + 4)
+  std::int64_t cache_bytes(int head_dim) const;  // num_pages * P * (D + 4)
 };
 
 // `count` lengths drawn uniformly from [average * (1 - spread), average *

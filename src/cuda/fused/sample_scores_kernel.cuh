@@ -56,7 +56,7 @@ __device__ __forceinline__ void load_sample_pages(const LogitsKernelParams& p, c
 #pragma unroll
   for (int i = 0; i < kGatherPieces; ++i) {
     const std::int32_t u = tile * kSampleTileTokens + gather_row(i);
-    pages[i] = u < map.count ? __ldg(table + sample_position(map, u) / kPageTokens) : -1;
+    pages[i] = u < map.count ? __ldg(table + sample_position(map, u) / kHopperPageTokens) : -1;
   }
 }
 
@@ -74,7 +74,7 @@ __device__ __forceinline__ void gather_sample_tile(const LogitsKernelParams& p, 
     unsigned char* destination = keys + row * kHeadDim + ((chunk ^ (row & 7)) * 16);
     if (pages[i] >= 0 && pages[i] < p.num_pages) {
       const unsigned char* page_base = p.cache_base + pages[i] * p.page_stride;
-      const int token = static_cast<int>(sample_position(map, tile * kSampleTileTokens + row) % kPageTokens);
+      const int token = static_cast<int>(sample_position(map, tile * kSampleTileTokens + row) % kHopperPageTokens);
       ptx::cp_async<16>(destination, page_base + token * kHeadDim + chunk * 16);
       if (chunk == 0) {
         ptx::cp_async<4>(scales + row, reinterpret_cast<const float*>(page_base + kPageKeyBytes) + token);
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   const UnitRows rows = unit_rows(p, blockIdx.x);
   const std::int64_t first_row = rows.request * p.next_n + rows.first_draft;
   const SampleMap map =
-      sample_map(pages_for_length(read_length<kRows>(p, rows)));
+      sample_map(pages_for_length(read_length<kRows>(p, rows), kHopperPageTokens));
   if (blockIdx.y == 0 && thread < kRows) out.maps[first_row + thread] = map;
   const int tiles = (map.count + kSampleTileTokens - 1) / kSampleTileTokens;
   const int first_tile = static_cast<int>(blockIdx.y) * tiles_per_cta;

@@ -42,9 +42,9 @@ Status encode_key_map(PFN_cuTensorMapEncodeTiled_v12000 encode, const CacheRef& 
                       CUtensorMap* map) {
   // A cache without pages still needs a well-formed map; no page is read then.
   const std::int64_t pages = cache.num_pages > 0 ? cache.num_pages : 1;
-  const cuuint64_t dims[3] = {kHeadDim, kPageTokens, static_cast<cuuint64_t>(pages)};
+  const cuuint64_t dims[3] = {kHeadDim, kHopperPageTokens, static_cast<cuuint64_t>(pages)};
   const cuuint64_t strides[2] = {kHeadDim, static_cast<cuuint64_t>(cache.page_stride)};
-  const cuuint32_t box[3] = {kHeadDim, kPageTokens, 1};
+  const cuuint32_t box[3] = {kHeadDim, kHopperPageTokens, 1};
   const cuuint32_t element_strides[3] = {1, 1, 1};
   const CUresult result =
       encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, cache.base, dims, strides, box,

@@ -46,9 +46,9 @@
 namespace dsa::detail::cuda::hopper {
 
 inline constexpr int kHeadDim = 128;
-inline constexpr int kPageKeyBytes = kPageTokens * kHeadDim;
-inline constexpr int kPageScaleBytes = kPageTokens * 4;
-inline constexpr int kPagesPerChunk = kChunkTokens / kPageTokens;
+inline constexpr int kPageKeyBytes = kHopperPageTokens * kHeadDim;
+inline constexpr int kPageScaleBytes = kHopperPageTokens * 4;
+inline constexpr int kPagesPerChunk = kChunkTokens / kHopperPageTokens;
 inline constexpr int kWarpgroupThreads = 128;
 // Consumer warpgroups per CTA. A consumer spends most of a page waiting (for
 // its products, its shuffles, its stores), so the scoring kernel keeps four
@@ -160,7 +160,7 @@ struct SharedLayout {
   static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumers + (kSelect ? 1 : 0));
   static constexpr int kHistogramBytes = kSelect ? kSelectorWarps * kSelectBins * 4 : 0;
   static constexpr int kQueryBytes = kRows * kHeads * kHeadDim;
-  static constexpr int kPageLogitsBytes = kSelect ? kRows * kPageTokens * 4 : 0;
+  static constexpr int kPageLogitsBytes = kSelect ? kRows * kHopperPageTokens * 4 : 0;
   static constexpr int kFixedBytes = 1024 /* alignment slack */ + 2 * kQueryBytes +
                                      2 * static_cast<int>(sizeof(QueryInfo<kRows, kHeads>)) +
                                      4 * 8 /* query barriers */ + 2 * 8 /* issued generation, padding */ +
@@ -241,7 +241,7 @@ __device__ __forceinline__ UnitRows unit_rows(const LogitsKernelParams& p, std::
 // The device error a row length causes, or kNoDeviceError.
 __device__ __forceinline__ std::int32_t length_violation(const LogitsKernelParams& p,
                                                          std::int32_t length) {
-  return scoring_length_violation(length, p.max_context_len, p.max_blocks);
+  return scoring_length_violation(length, p.max_context_len, p.max_blocks, kHopperPageTokens);
 }
 
 // Longest valid row of a unit: the key positions whose pages are read.
@@ -404,7 +404,7 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
                     }
                     const unsigned longest =
                         warp_max(lane_length > 0 ? static_cast<unsigned>(lane_length) : 0u);
-                    read_pages = pages_for_length(longest);
+                    read_pages = pages_for_length(longest, kHopperPageTokens);
                     query_loaded = false;
                     window_first = -1;
                   }
@@ -436,7 +436,7 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
                       if (!in_range && leader) {
                         report_device_error(p.error, kPageOutOfRange, rows.request, block, page);
                       }
-                      push_stage(sequence + k, static_cast<std::int32_t>(block * kPageTokens),
+                      push_stage(sequence + k, static_cast<std::int32_t>(block * kHopperPageTokens),
                                  in_range ? kStagePage : kStageMissingPage, page);
                     }
                   }
@@ -463,7 +463,7 @@ __device__ __forceinline__ void fill_uncovered(const LogitsKernelParams& p) {
   for (std::int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
     const UnitRows rows = unit_rows(p, unit);
     const std::int64_t read = read_length<kRows>(p, rows);
-    const std::int64_t covered_pages_end = pages_for_length(read) * kPageTokens;
+    const std::int64_t covered_pages_end = pages_for_length(read, kHopperPageTokens) * kHopperPageTokens;
     for (int j = 0; j < kRows; ++j) {
       const std::int64_t row = rows.request * p.next_n + rows.first_draft + j;
       const std::int32_t length = row_length(p.lens, rows.request, rows.first_draft + j);
@@ -629,7 +629,7 @@ __device__ __forceinline__ void finish_pass(const LogitsKernelParams& p, const P
     const int j = kFirstRow + (kValues >= 4 ? half * kSums + i : 0);
     if constexpr (kSelect) {
       // The selectors apply the lengths.
-      page.page_logits[j * kPageTokens + (position - page.first_position)] = scale * sums[i];
+      page.page_logits[j * kHopperPageTokens + (position - page.first_position)] = scale * sums[i];
       continue;
     }
     const std::int32_t length = page.lengths[j];
@@ -711,14 +711,14 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
       score_passes<kRows, kHeads, kPassColumns, kSelect, 0>(p, page, release_page);
     } else if constexpr (kSelect) {
       release_page();
-      for (int index = thread; index < kRows * kPageTokens; index += kWarpgroupThreads) {
+      for (int index = thread; index < kRows * kHopperPageTokens; index += kWarpgroupThreads) {
         page_logits[index] = invalid_logit();  // a refused page scores NaN
       }
     } else {
       release_page();
-      for (int index = thread; index < kRows * kPageTokens; index += kWarpgroupThreads) {
-        const int j = index / kPageTokens;
-        const std::int64_t position = stage.first_position + index % kPageTokens;
+      for (int index = thread; index < kRows * kHopperPageTokens; index += kWarpgroupThreads) {
+        const int j = index / kHopperPageTokens;
+        const std::int64_t position = stage.first_position + index % kHopperPageTokens;
         float value;
         if (query.lengths[j] >= 0 && unscored_value(p, position, query.lengths[j], &value)) {
           store_logit(p, query.first_row + j, position, value);
