@@ -47,6 +47,8 @@ constexpr int kKeyPadHalves = 8;  // keeps 16-byte key loads of consecutive lane
 constexpr int kRowThreads = 256;
 constexpr int kTileTokens = 64;  // positions scored together: two per lane
 constexpr int kMaxTilePages = kTileTokens / 32;  // pages of the smallest size a tile spans
+// A chunk is whole tiles, a tile whole pages of either size.
+static_assert(kChunkTokens % kTileTokens == 0 && kTileTokens % 64 == 0);
 
 // Shared memory of the scoring kernel, carved from one dynamic allocation.
 struct SharedLayout {

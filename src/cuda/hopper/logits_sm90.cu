@@ -117,6 +117,12 @@ Status check_hopper_problem(const LogitsProblem& p) {
                 std::to_string(p.next_n) + ", H " + std::to_string(p.heads) + ", D " +
                 std::to_string(p.head_dim)};
   }
+  // The dispatch sends other page sizes to the generic kernels; reading them
+  // as 64-token pages would run past the cache.
+  if (p.cache.page_tokens != kHopperPageTokens) {
+    return {ErrorCode::unsupported, "paged_mqa_logits: the Hopper kernels read 64-token pages, got " +
+                                        std::to_string(p.cache.page_tokens) + "-token pages"};
+  }
   if (!aligned16(p.cache.base) || !aligned16(p.q)) {
     return {ErrorCode::bad_alignment,
             "paged_mqa_logits: the Hopper kernels need key_cache and q to start on a 16-byte "
