@@ -6,8 +6,8 @@
 #include <string>
 
 #include "backend.hpp"
-#include "cpu/parallel.hpp"
 #include "common/device_error.hpp"
+#include "cpu/parallel.hpp"
 #include "dsa/dsa.hpp"
 #include "validate.hpp"
 

@@ -5,9 +5,9 @@
 // page indices, slots) are still the backend's to enforce.
 #pragma once
 
+#include "common/problem.hpp"
 #include "dsa/context.hpp"
 #include "dsa/status.hpp"
-#include "common/problem.hpp"
 
 namespace dsa::detail {
 

@@ -10,8 +10,8 @@
 
 #include "common/cache_format.hpp"
 #include "common/logit_rules.hpp"
-#include "dsa/schedule.hpp"
 #include "common/schedule_walk.hpp"
+#include "dsa/schedule.hpp"
 
 namespace dsa::detail {
 namespace {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "common/problem.hpp"
 #include "dsa/cache.hpp"
 #include "dsa/index_topk.hpp"
 #include "dsa/logits.hpp"
@@ -17,7 +18,6 @@
 #include "dsa/status.hpp"
 #include "dsa/tensor.hpp"
 #include "dsa/topk.hpp"
-#include "common/problem.hpp"
 
 namespace dsa::detail {
 

@@ -4,9 +4,9 @@
 
 #include <cstdint>
 
-#include "dsa/cache.hpp"
 #include "common/hostdevice.hpp"
 #include "common/problem.hpp"
+#include "dsa/cache.hpp"
 
 namespace dsa::detail {
 

@@ -7,9 +7,9 @@
 
 #include <cstdint>
 
-#include "dsa/schedule.hpp"
 #include "common/hostdevice.hpp"
 #include "common/problem.hpp"
+#include "dsa/schedule.hpp"
 
 namespace dsa::detail {
 

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "backend.hpp"
-#include "cpu/kernels.hpp"
-#include "cpu/parallel.hpp"
 #include "common/cache_format.hpp"
 #include "common/schedule_walk.hpp"
+#include "cpu/kernels.hpp"
+#include "cpu/parallel.hpp"
 #include "validate.hpp"
 
 namespace dsa::detail::cpu {

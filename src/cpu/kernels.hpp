@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "cpu/score_block.hpp"
 #include "common/problem.hpp"
+#include "cpu/score_block.hpp"
 
 namespace dsa::detail::cpu {
 

@@ -4,10 +4,10 @@
 #include "backend.hpp"
 #include "common/cache_format.hpp"
 #include "common/logit_rules.hpp"
-#include "cpu/kernels.hpp"
-#include "cpu/parallel.hpp"
 #include "common/number_formats.hpp"
 #include "common/schedule_walk.hpp"
+#include "cpu/kernels.hpp"
+#include "cpu/parallel.hpp"
 #include "validate.hpp"
 
 namespace dsa::detail::cpu {

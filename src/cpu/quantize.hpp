@@ -3,8 +3,8 @@
 
 #include <cstdint>
 
-#include "dsa/tensor.hpp"
 #include "common/number_formats.hpp"
+#include "dsa/tensor.hpp"
 
 namespace dsa::detail::cpu {
 

@@ -4,11 +4,11 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "common/logit_rules.hpp"
+#include "common/number_formats.hpp"
 #include "cpu/kernels.hpp"
 #include "cpu/parallel.hpp"
 #include "dsa/cache.hpp"
-#include "common/logit_rules.hpp"
-#include "common/number_formats.hpp"
 #include "validate.hpp"
 
 namespace dsa::detail::cpu {

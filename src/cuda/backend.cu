@@ -4,11 +4,11 @@
 #include <cuda_runtime.h>
 
 #include "backend.hpp"
+#include "common/device_error.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/hopper/logits_sm90.hpp"
 #include "cuda/launch_utils.hpp"
 #include "cuda/logits_generic.hpp"
-#include "common/device_error.hpp"
 
 namespace dsa::detail::cuda {
 

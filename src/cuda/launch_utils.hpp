@@ -8,8 +8,8 @@
 #include <cstdint>
 
 #include "backend.hpp"
-#include "cuda/cuda_check.hpp"
 #include "common/device_error.hpp"
+#include "cuda/cuda_check.hpp"
 
 namespace dsa::detail::cuda {
 

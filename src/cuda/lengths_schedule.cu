@@ -5,9 +5,9 @@
 #include <cstdint>
 
 #include "backend.hpp"
+#include "common/schedule_walk.hpp"
 #include "cuda/device_error.cuh"
 #include "cuda/launch_utils.hpp"
-#include "common/schedule_walk.hpp"
 
 namespace dsa::detail::cuda {
 

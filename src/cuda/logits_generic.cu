@@ -27,13 +27,13 @@
 
 #include "backend.hpp"
 #include "common/cache_format.hpp"
-#include "cuda/device_error.cuh"
-#include "cuda/launch_utils.hpp"
 #include "common/logit_rules.hpp"
-#include "cuda/logits_generic.hpp"
-#include "cuda/schedule_check.cuh"
 #include "common/number_formats.hpp"
 #include "common/schedule_walk.hpp"
+#include "cuda/device_error.cuh"
+#include "cuda/launch_utils.hpp"
+#include "cuda/logits_generic.hpp"
+#include "cuda/schedule_check.cuh"
 
 namespace dsa::detail::cuda {
 

@@ -5,9 +5,9 @@
 
 #include <cstdint>
 
+#include "common/number_formats.hpp"
 #include "cuda/warp_scan.cuh"
 #include "dsa/tensor.hpp"
-#include "common/number_formats.hpp"
 
 namespace dsa::detail::cuda {
 

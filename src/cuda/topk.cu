@@ -12,9 +12,9 @@
 #include <algorithm>
 
 #include "backend.hpp"
+#include "common/device_error.hpp"
 #include "cuda/launch_utils.hpp"
 #include "cuda/topk/row_select.cuh"
-#include "common/device_error.hpp"
 
 namespace dsa::detail::cuda {
 namespace {

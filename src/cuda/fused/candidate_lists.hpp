@@ -20,10 +20,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/hostdevice.hpp"
 #include "cuda/fused/row_samples.hpp"
 #include "dsa/cache.hpp"
 #include "dsa/topk.hpp"
-#include "common/hostdevice.hpp"
 
 namespace dsa::detail::cuda {
 

@@ -6,11 +6,11 @@
 
 #include <cstdint>
 
+#include "common/problem.hpp"
 #include "cuda/fused/candidate_lists.hpp"
 #include "cuda/fused/row_samples.hpp"
 #include "dsa/context.hpp"
 #include "dsa/status.hpp"
-#include "common/problem.hpp"
 
 namespace dsa::detail::cuda::hopper {
 

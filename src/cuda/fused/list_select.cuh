@@ -15,9 +15,9 @@
 
 #include <cstdint>
 
+#include "common/schedule_walk.hpp"
 #include "cuda/fused/candidate_lists.hpp"
 #include "cuda/topk/row_select.cuh"
-#include "common/schedule_walk.hpp"
 
 namespace dsa::detail::cuda::topk_impl {
 

@@ -20,8 +20,8 @@
 #include <cstdint>
 
 #include "backend.hpp"
-#include "dsa/topk.hpp"
 #include "common/hostdevice.hpp"
+#include "dsa/topk.hpp"
 
 namespace dsa::detail::cuda {
 

@@ -4,9 +4,9 @@
 // reads each request's keys once for all of its next_n draft rows.
 #pragma once
 
+#include "common/problem.hpp"
 #include "dsa/context.hpp"
 #include "dsa/status.hpp"
-#include "common/problem.hpp"
 
 namespace dsa::detail::cuda::hopper {
 

@@ -33,15 +33,15 @@
 
 #include "common/cache_format.hpp"
 #include "common/logit_rules.hpp"
-#include "cuda/device_error.cuh"
-#include "cuda/fused/candidate_lists.hpp"
-#include "cuda/fused/candidate_select.cuh"
-#include "cuda/schedule_check.cuh"
-#include "cuda/hopper/ptx.cuh"
-#include "cuda/warp_scan.cuh"
 #include "common/number_formats.hpp"
 #include "common/problem.hpp"
 #include "common/schedule_walk.hpp"
+#include "cuda/device_error.cuh"
+#include "cuda/fused/candidate_lists.hpp"
+#include "cuda/fused/candidate_select.cuh"
+#include "cuda/hopper/ptx.cuh"
+#include "cuda/schedule_check.cuh"
+#include "cuda/warp_scan.cuh"
 
 namespace dsa::detail::cuda::hopper {
 

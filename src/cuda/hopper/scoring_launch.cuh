@@ -11,12 +11,12 @@
 #include <string>
 #include <type_traits>
 
+#include "common/problem.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/hopper/logits_sm90_kernel.cuh"
 #include "cuda/launch_utils.hpp"
 #include "dsa/context.hpp"
 #include "dsa/status.hpp"
-#include "common/problem.hpp"
 
 namespace dsa::detail::cuda::hopper {
 
