@@ -36,10 +36,6 @@ namespace dsa {
 
 // P of a 2-D cache view whose options leave page_size at 0.
 inline constexpr int kDefaultPageTokens = 64;
-// The page size the top-k's slot transform (TopkOptions) and the Python
-// bindings (PAGE_TOKENS) still assume; to be removed once they take it from
-// each call as the operations on a cache do.
-inline constexpr int kPageTokens = kDefaultPageTokens;
 // The page sizes P the library serves.
 constexpr bool supported_page_size(std::int64_t tokens) { return tokens == 32 || tokens == 64; }
 inline constexpr float kFp8Max = 448.0f;     // largest finite e4m3 value

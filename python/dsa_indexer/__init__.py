@@ -4,8 +4,10 @@ The lightning indexer's paged MQA logits, exact top-k and their fused form,
 plus the cache store, query quantization, context-length builders and the
 work schedule, for NumPy (CPU backend), PyTorch and CuPy arrays on the CPU or
 a CUDA device. See dsa_indexer.ops for the conventions every function shares,
-dsa_indexer.compat.deep_gemm for DeepGEMM-compatible entry points and
-dsa_indexer.integration for serving-engine helpers. With PyTorch installed the
+dsa_indexer.compat.deep_gemm and dsa_indexer.compat.sgl_kernel for entry points
+compatible with DeepGEMM's and sgl-kernel's, and dsa_indexer.integration for
+serving-engine helpers. PAGE_TOKENS (64) is the default page size of the key cache,
+PAGE_SIZES the page sizes served (32 and 64). With PyTorch installed the
 operations are also torch.ops.dsa_indexer.* custom operators.
 """
 
@@ -14,6 +16,7 @@ from .ops import (
     CHUNK_TOKENS,
     MAX_CPU_THREADS,
     MAX_TOPK,
+    PAGE_SIZES,
     PAGE_TOKENS,
     causal_context_lens,
     context_lens,
@@ -42,6 +45,7 @@ __all__ = [
     "CHUNK_TOKENS",
     "MAX_CPU_THREADS",
     "MAX_TOPK",
+    "PAGE_SIZES",
     "PAGE_TOKENS",
     "built_with_cuda",
     "causal_context_lens",

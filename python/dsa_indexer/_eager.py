@@ -41,7 +41,8 @@ _LENGTH_BUILDERS = {
 
 MAX_TOPK = _core.MAX_TOPK
 MAX_CPU_THREADS = _core.MAX_CPU_THREADS
-PAGE_TOKENS = _core.PAGE_TOKENS
+PAGE_TOKENS = _core.PAGE_TOKENS  # the page size of a 2-D cache view given page_size=0
+PAGE_SIZES = _core.PAGE_SIZES  # the page sizes of the key cache the library serves
 CHUNK_TOKENS = _core.CHUNK_TOKENS
 
 
@@ -179,15 +180,16 @@ def new_index_topk_indices(q, k):
 # Keys and queries
 
 
-def store_index_keys(keys, slot_mapping, cache, *, power_of_two_scales=False, workspace=None,
-                     **execution):
+def store_index_keys(keys, slot_mapping, cache, *, power_of_two_scales=False, page_size=0,
+                     workspace=None, **execution):
+    page_size = _int32(page_size, "store_index_keys", "page_size")
     _check_arrays("store_index_keys", [("keys", keys), ("slot_mapping", slot_mapping)],
                   [("cache", cache), ("workspace", workspace)])
     ctx = make_context(cache, **execution)
     ws = workspace if workspace is not None else fw.workspace(
         cache, _core.store_index_keys_workspace_bytes(ctx))
     _core.store_index_keys(fw.export(keys), fw.export(slot_mapping), fw.export(cache),
-                           bool(power_of_two_scales), ctx, fw.export(ws))
+                           bool(power_of_two_scales), page_size, ctx, fw.export(ws))
     return cache
 
 
@@ -271,9 +273,10 @@ def _scoring_schedule(q, context_lens, schedule, path, execution):
 
 
 def paged_mqa_logits(q, key_cache, weights, context_lens, block_table, max_context_len,
-                     schedule=None, *, clean_logits=False, path="auto", out=None,
+                     schedule=None, *, clean_logits=False, path="auto", page_size=0, out=None,
                      out_dtype="float32", workspace=None, **execution):
     max_context_len = _int64(max_context_len, "paged_mqa_logits", "max_context_len")
+    page_size = _int32(page_size, "paged_mqa_logits", "page_size")
     path_value = _choice(_PATHS, path, "path")
     _check_arrays("paged_mqa_logits", _scoring_inputs(q, key_cache, weights, context_lens,
                                                       block_table, schedule),
@@ -287,15 +290,19 @@ def paged_mqa_logits(q, key_cache, weights, context_lens, block_table, max_conte
     _core.paged_mqa_logits(fw.export(q), fw.export(key_cache), fw.export(weights),
                            fw.export(context_lens), fw.export(block_table), fw.export(schedule),
                            max_context_len, fw.export(out), bool(clean_logits), path_value,
-                           ctx, fw.export(ws))
+                           page_size, ctx, fw.export(ws))
     return out
 
 
-def topk(logits, lengths, k, *, sorted=False, block_table=None, rows_per_request=1, out=None,
+def topk(logits, lengths, k, *, sorted=False, row_starts=None, position_offsets=None,
+         block_table=None, page_size=64, rows_per_request=1, request_offsets=None, out=None,
          workspace=None, **execution):
     k = _int32(k, "topk", "k")
+    page_size = _int32(page_size, "topk", "page_size")
     rows_per_request = _int32(rows_per_request, "topk", "rows_per_request")
-    _check_arrays("topk", [("logits", logits), ("lengths", lengths), ("block_table", block_table)],
+    _check_arrays("topk", [("logits", logits), ("lengths", lengths), ("row_starts", row_starts),
+                           ("position_offsets", position_offsets), ("block_table", block_table),
+                           ("request_offsets", request_offsets)],
                   [("out", out), ("workspace", workspace)])
     if out is None:
         out = new_topk_indices(logits, k)
@@ -304,25 +311,28 @@ def topk(logits, lengths, k, *, sorted=False, block_table=None, rows_per_request
         nbytes = _core.topk_workspace_bytes(_extent(logits, 0), _extent(logits, 1), k, ctx)
         workspace = fw.workspace(logits, nbytes)
     _core.topk(fw.export(logits), fw.export(lengths), k, fw.export(out), bool(sorted),
-               fw.export(block_table), rows_per_request, ctx, fw.export(workspace))
+               fw.export(row_starts), fw.export(position_offsets), fw.export(block_table),
+               page_size, rows_per_request, fw.export(request_offsets), ctx,
+               fw.export(workspace))
     return out
 
 
-def _index_topk_options(k, sorted, physical_slots, path, strategy):
+def _index_topk_options(k, sorted, physical_slots, path, strategy, page_size=0):
     options = _core.IndexTopkOptions()
     options.k = _int32(k, "index_topk", "k")
     options.sorted = bool(sorted)
     options.physical_slots = bool(physical_slots)
     options.path = _choice(_PATHS, path, "path")
     options.strategy = _choice(_STRATEGIES, strategy, "strategy")
+    options.page_size = _int32(page_size, "index_topk", "page_size")
     return options
 
 
 def index_topk(q, key_cache, weights, context_lens, block_table, max_context_len, k=MAX_TOPK,
                schedule=None, topk_lens=None, *, sorted=False, physical_slots=False, path="auto",
-               strategy="auto", out=None, workspace=None, **execution):
+               strategy="auto", page_size=0, out=None, workspace=None, **execution):
     max_context_len = _int64(max_context_len, "index_topk", "max_context_len")
-    options = _index_topk_options(k, sorted, physical_slots, path, strategy)
+    options = _index_topk_options(k, sorted, physical_slots, path, strategy, page_size)
     _check_arrays("index_topk", _scoring_inputs(q, key_cache, weights, context_lens, block_table,
                                                 schedule) + [("topk_lens", topk_lens)],
                   [("out", out), ("workspace", workspace)])

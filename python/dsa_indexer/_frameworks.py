@@ -112,6 +112,17 @@ def current_stream(array):
     return 0
 
 
+def current_cuda_device():
+    """The current CUDA device of the frameworks loaded (PyTorch's, else CuPy's), else 0."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        return torch.cuda.current_device()
+    cupy = sys.modules.get("cupy")
+    if cupy is not None:
+        return cupy.cuda.Device().id
+    return 0
+
+
 def empty(like, shape, dtype):
     """An uninitialized array of `dtype` (a library dtype name) in `like`'s framework and device."""
     framework = framework_of(like)

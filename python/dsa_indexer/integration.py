@@ -100,19 +100,23 @@ def per_request_block_table(block_table, next_n):
     return block_table[::next_n]
 
 
-def check_repeated_rows(block_table, next_n, context_lens=None):
+def check_repeated_rows(block_table, next_n, context_lens=None, page_size=ops.PAGE_TOKENS):
     """Raises ValueError when the next_n rows of a request in a [B * next_n, max_blocks]
     table differ in an entry the lengths need (all entries when context_lens is None;
-    with int32 [B, next_n] lengths, the first ceil(max_j L[b, j] / 64) entries)."""
+    with int32 [B, next_n] lengths, the first ceil(max_j L[b, j] / page_size) entries,
+    page_size being the tokens per entry: the cache's page size, 64 or 32)."""
     table = _host(block_table)
     if next_n < 1 or table.shape[0] % next_n:
         raise ValueError(f"block_table: {table.shape[0]} rows are not a multiple of "
                          f"next_n = {next_n}")
+    if page_size < 1:
+        raise ValueError(f"page_size: must be >= 1 (tokens per block_table entry), "
+                         f"got {page_size}")
     per_request = table.reshape(-1, next_n, table.shape[1])
     needed = np.full(per_request.shape[0], table.shape[1], dtype=np.int64)
     if context_lens is not None:
         longest = _host(context_lens).astype(np.int64).reshape(per_request.shape[0], -1).max(1)
-        needed = np.minimum(-(-longest // ops.PAGE_TOKENS), table.shape[1])
+        needed = np.minimum(-(-longest // int(page_size)), table.shape[1])
     for b, blocks in enumerate(needed):
         rows = per_request[b, :, :blocks]
         differs = np.argwhere(rows != rows[:1])

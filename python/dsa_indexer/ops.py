@@ -22,13 +22,20 @@ Execution keywords accepted by every operation:
                       keep it to call read_device_error() afterwards
 
 fp8 arguments (queries) take float8_e4m3fn tensors or uint8 arrays holding the
-e4m3fn bytes (NumPy and CuPy have no fp8 type). Under torch.compile the
-functions that run an operation dispatch to the torch.ops.dsa_indexer custom
-operators, which take every argument and keyword above (`out=` through their
-`out` overloads). The host queries (default_num_workers, resolve_logits_path,
-workspace_bytes, read_device_error) are no operators: torch.compile breaks its
-graph at them (an error with fullgraph=True), so call them outside the compiled
-code.
+e4m3fn bytes (NumPy and CuPy have no fp8 type).
+
+Page size. The key cache has pages of P tokens, P in PAGE_SIZES (32 or 64). The
+functions that take a cache (store_index_keys, paged_mqa_logits, index_topk) take
+`page_size`: 0 (the default) reads P from DeepGEMM's view [pages, P, 1, D + 4], or
+means PAGE_TOKENS (64) for a 2-D [pages, bytes] view; 32 or 64 states P (a 4-D view
+that disagrees is refused).
+
+Under torch.compile the functions that run an operation dispatch to the
+torch.ops.dsa_indexer custom operators, which take every argument and keyword
+above (`out=` through their `out` overloads). The host queries
+(default_num_workers, resolve_logits_path, workspace_bytes, read_device_error)
+are no operators: torch.compile breaks its graph at them (an error with
+fullgraph=True), so call them outside the compiled code.
 """
 
 from . import _eager, torch_ops
@@ -36,6 +43,7 @@ from ._eager import (  # noqa: F401  (re-exported)
     CHUNK_TOKENS,
     MAX_CPU_THREADS,
     MAX_TOPK,
+    PAGE_SIZES,
     PAGE_TOKENS,
     default_num_workers,
     make_context,
@@ -55,13 +63,14 @@ def _implementation(name):
 # Keys and queries
 
 
-def store_index_keys(keys, slot_mapping, cache, *, power_of_two_scales=False, workspace=None,
-                     **execution):
+def store_index_keys(keys, slot_mapping, cache, *, power_of_two_scales=False, page_size=0,
+                     workspace=None, **execution):
     """Quantizes keys [N, D] (bfloat16/float32) to fp8 and writes them into `cache` at the
-    slots `slot_mapping` [N] (int32/int64; negative: skipped). Returns `cache`."""
+    slots `slot_mapping` [N] (int32/int64; negative: skipped): slot s is row s % P of
+    page s // P (page_size: see above). Returns `cache`."""
     _implementation("store_index_keys")(keys, slot_mapping, cache,
                                         power_of_two_scales=power_of_two_scales,
-                                        workspace=workspace, **execution)
+                                        page_size=page_size, workspace=workspace, **execution)
     return cache
 
 
@@ -121,41 +130,58 @@ def plan_schedule(context_lens, num_workers=None, path="auto", *, out=None, work
 
 
 def paged_mqa_logits(q, key_cache, weights, context_lens, block_table, max_context_len,
-                     schedule=None, *, clean_logits=False, path="auto", out=None,
+                     schedule=None, *, clean_logits=False, path="auto", page_size=0, out=None,
                      out_dtype="float32", workspace=None, **execution):
     """Lightning-indexer logits [B * next_n, max_context_len] (float32 by default).
 
     q fp8 [B, next_n, H, D]; key_cache uint8 paged cache ([pages, bytes] or DeepGEMM's
-    [pages, 64, 1, D + 4]); weights float32 [B * next_n, H]; context_lens int32
-    [B, next_n]; block_table int32 [B, max_blocks] (a strided view is fine);
-    schedule from plan_schedule (planned now when None). `out` may have any row
-    stride >= max_context_len; out_dtype "bfloat16" asks for bf16 logits when `out`
-    is None."""
+    [pages, P, 1, D + 4]; page_size: see above); weights float32 [B * next_n, H];
+    context_lens int32 [B, next_n]; block_table int32 [B, max_blocks] of P-token pages
+    (a strided view is fine); schedule from plan_schedule (planned now when None).
+    `out` may have any row stride >= max_context_len; out_dtype "bfloat16" asks for
+    bf16 logits when `out` is None."""
     return _implementation("paged_mqa_logits")(
         q, key_cache, weights, context_lens, block_table, max_context_len, schedule=schedule,
-        clean_logits=clean_logits, path=path, out=out, out_dtype=out_dtype,
-        workspace=workspace, **execution)
+        clean_logits=clean_logits, path=path, page_size=page_size, out=out,
+        out_dtype=out_dtype, workspace=workspace, **execution)
 
 
-def topk(logits, lengths, k, *, sorted=False, block_table=None, rows_per_request=1, out=None,
+def topk(logits, lengths, k, *, sorted=False, row_starts=None, position_offsets=None,
+         block_table=None, page_size=64, rows_per_request=1, request_offsets=None, out=None,
          workspace=None, **execution):
-    """Indices int32 [T, k] of the k largest logits of each row among [0, lengths[r]).
+    """Indices int32 [T, k] of the k largest logits of each row: row r's candidates are
+    logits[r, s + i] for 0 <= i < lengths[r], s = row_starts[r] (int32 [T]; 0 when None),
+    and the row selects positions i. Rows with lengths[r] <= k give 0 .. lengths[r] - 1
+    then -1; otherwise the k largest (NaN as -inf, ties to the smaller i), in any order
+    unless `sorted` (largest first).
 
-    Rows with lengths[r] <= k give 0 .. lengths[r] - 1 then -1. With block_table
-    ([B, max_blocks]) positions become cache slots of request r // rows_per_request."""
-    return _implementation("topk")(logits, lengths, k, sorted=sorted, block_table=block_table,
-                                   rows_per_request=rows_per_request, out=out,
+    Each selected i is written transformed (-1 padding stays -1), by at most one of:
+      position_offsets  int32 [T]: i + position_offsets[r]
+      block_table       int32 [R, max_blocks]: the cache slot
+                        block_table[q, i // page_size] * page_size + i % page_size of the
+                        request q of row r; page_size 64 or 32 (cache pages) or 1 (a
+                        token-level table: block_table[q, i]). q is r // rows_per_request,
+                        or with request_offsets (int32 [R + 1], cumulative rows per request
+                        from 0 to T, like cu_seqlens_q) the q with
+                        request_offsets[q] <= r < request_offsets[q + 1]."""
+    return _implementation("topk")(logits, lengths, k, sorted=sorted, row_starts=row_starts,
+                                   position_offsets=position_offsets, block_table=block_table,
+                                   page_size=page_size, rows_per_request=rows_per_request,
+                                   request_offsets=request_offsets, out=out,
                                    workspace=workspace, **execution)
 
 
 def index_topk(q, key_cache, weights, context_lens, block_table, max_context_len, k=MAX_TOPK,
                schedule=None, topk_lens=None, *, sorted=False, physical_slots=False, path="auto",
-               strategy="auto", out=None, workspace=None, **execution):
+               strategy="auto", page_size=0, out=None, workspace=None, **execution):
     """topk(paged_mqa_logits(...), topk_lens, k) without materializing the logits.
 
     topk_lens int32 [B * next_n] (None: the context lengths, the causal convention;
-    with expanded lengths pass the causal ones). Returns int32 [B * next_n, k]."""
+    with expanded lengths pass the causal ones). Returns int32 [B * next_n, k]; with
+    physical_slots, cache slots block_table[b, p // P] * P + p % P of the cache's page
+    size P (page_size: see above)."""
     return _implementation("index_topk")(
         q, key_cache, weights, context_lens, block_table, max_context_len, k=k,
         schedule=schedule, topk_lens=topk_lens, sorted=sorted, physical_slots=physical_slots,
-        path=path, strategy=strategy, out=out, workspace=workspace, **execution)
+        path=path, strategy=strategy, page_size=page_size, out=out, workspace=workspace,
+        **execution)

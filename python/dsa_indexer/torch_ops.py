@@ -34,11 +34,11 @@ except ImportError:  # NumPy-only installations
 _TYPES = {
     **dict.fromkeys(("keys", "slot_mapping", "q", "head_gate", "lens", "context_lens",
                      "key_cache", "weights", "block_table", "schedule", "topk_lens", "logits",
-                     "lengths"), "Tensor"),
+                     "lengths", "row_starts", "position_offsets", "request_offsets"), "Tensor"),
     "cache": "Tensor(c!)",
     "workspace": "Tensor(w!)",
     **dict.fromkeys(("next_n", "num_workers", "max_context_len", "k", "rows_per_request",
-                     "stream", "num_threads"), "int"),
+                     "page_size", "stream", "num_threads"), "int"),
     "weight_scale": "float",
     **dict.fromkeys(("power_of_two_scales", "clean_logits", "sorted", "physical_slots",
                      "reference_float64", "check_device_errors"), "bool"),

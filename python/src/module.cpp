@@ -20,6 +20,16 @@ namespace {
 
 using LengthsBuilder = Status (*)(const TensorView&, int, const TensorView&, const ExecContext&);
 
+// The page sizes of the key cache the library serves (supported_page_size),
+// in increasing order.
+nb::tuple page_sizes() {
+  nb::list sizes;
+  for (int tokens = 1; tokens <= 1024; tokens *= 2) {
+    if (supported_page_size(tokens)) sizes.append(tokens);
+  }
+  return nb::tuple(sizes);
+}
+
 void bind_enums(nb::module_& m) {
   nb::enum_<Backend>(m, "Backend")
       .value("automatic", Backend::automatic)
@@ -106,18 +116,20 @@ void bind_store_and_quantize(nb::module_& m) {
   m.def(
       "store_index_keys",
       [](const InputArray& keys, const InputArray& slot_mapping, const OutputArray& cache,
-         bool power_of_two_scales, const ExecContext& ctx, const OptionalOutput& workspace) {
+         bool power_of_two_scales, int page_size, const ExecContext& ctx,
+         const OptionalOutput& workspace) {
         const TensorView keys_view = to_view(keys, "store_index_keys: keys");
         const TensorView slots_view = to_view(slot_mapping, "store_index_keys: slot_mapping");
         const TensorView cache_view = to_view(cache, "store_index_keys: cache");
         StoreKeysOptions options;
         options.power_of_two_scales = power_of_two_scales;
+        options.page_size = page_size;
         const ExecContext call_ctx = with_workspace(ctx, workspace);
         run_released([&] {
           return store_index_keys(keys_view, slots_view, cache_view, options, call_ctx);
         });
       },
-      "keys"_a, "slot_mapping"_a, "cache"_a, "power_of_two_scales"_a, "ctx"_a,
+      "keys"_a, "slot_mapping"_a, "cache"_a, "power_of_two_scales"_a, "page_size"_a, "ctx"_a,
       "workspace"_a.none());
   m.def("store_index_keys_workspace_bytes", &store_index_keys_workspace_bytes, "ctx"_a);
 
@@ -202,14 +214,15 @@ void bind_scoring(nb::module_& m) {
       .def_rw("sorted", &IndexTopkOptions::sorted)
       .def_rw("physical_slots", &IndexTopkOptions::physical_slots)
       .def_rw("path", &IndexTopkOptions::path)
-      .def_rw("strategy", &IndexTopkOptions::strategy);
+      .def_rw("strategy", &IndexTopkOptions::strategy)
+      .def_rw("page_size", &IndexTopkOptions::page_size);
 
   m.def(
       "paged_mqa_logits",
       [](const InputArray& q, const InputArray& key_cache, const InputArray& weights,
          const InputArray& context_lens, const InputArray& block_table,
          const InputArray& schedule, std::int64_t max_context_len, const OutputArray& logits,
-         bool clean_logits, LogitsPath path, const ExecContext& ctx,
+         bool clean_logits, LogitsPath path, int page_size, const ExecContext& ctx,
          const OptionalOutput& workspace) {
         const ScoringViews in("paged_mqa_logits", q, key_cache, weights, context_lens,
                               block_table, schedule);
@@ -217,6 +230,7 @@ void bind_scoring(nb::module_& m) {
         LogitsOptions options;
         options.clean_logits = clean_logits;
         options.path = path;
+        options.page_size = page_size;
         const ExecContext call_ctx = with_workspace(ctx, workspace);
         run_released([&] {
           return paged_mqa_logits(in.q, in.key_cache, in.weights, in.context_lens,
@@ -225,29 +239,36 @@ void bind_scoring(nb::module_& m) {
         });
       },
       "q"_a, "key_cache"_a, "weights"_a, "context_lens"_a, "block_table"_a, "schedule"_a,
-      "max_context_len"_a, "logits"_a, "clean_logits"_a, "path"_a, "ctx"_a,
+      "max_context_len"_a, "logits"_a, "clean_logits"_a, "path"_a, "page_size"_a, "ctx"_a,
       "workspace"_a.none());
   m.def("paged_mqa_logits_workspace_bytes", &paged_mqa_logits_workspace_bytes, "ctx"_a);
 
   m.def(
       "topk",
       [](const InputArray& logits, const InputArray& lengths, int k, const OutputArray& indices,
-         bool sorted, const OptionalInput& block_table, int rows_per_request,
-         const ExecContext& ctx, const OptionalOutput& workspace) {
+         bool sorted, const OptionalInput& row_starts, const OptionalInput& position_offsets,
+         const OptionalInput& block_table, int page_size, int rows_per_request,
+         const OptionalInput& request_offsets, const ExecContext& ctx,
+         const OptionalOutput& workspace) {
         const TensorView logits_view = to_view(logits, "topk: logits");
         const TensorView lengths_view = to_view(lengths, "topk: lengths");
         const TensorView indices_view = to_view(indices, "topk: indices");
         TopkOptions options;
         options.sorted = sorted;
+        options.row_starts = to_view(row_starts, "topk: row_starts");
+        options.position_offsets = to_view(position_offsets, "topk: position_offsets");
         options.block_table = to_view(block_table, "topk: block_table");
+        options.page_size = page_size;
         options.rows_per_request = rows_per_request;
+        options.request_offsets = to_view(request_offsets, "topk: request_offsets");
         const ExecContext call_ctx = with_workspace(ctx, workspace);
         run_released([&] {
           return topk(logits_view, lengths_view, k, indices_view, options, call_ctx);
         });
       },
-      "logits"_a, "lengths"_a, "k"_a, "indices"_a, "sorted"_a, "block_table"_a.none(),
-      "rows_per_request"_a, "ctx"_a, "workspace"_a.none());
+      "logits"_a, "lengths"_a, "k"_a, "indices"_a, "sorted"_a, "row_starts"_a.none(),
+      "position_offsets"_a.none(), "block_table"_a.none(), "page_size"_a, "rows_per_request"_a,
+      "request_offsets"_a.none(), "ctx"_a, "workspace"_a.none());
   m.def("topk_workspace_bytes", &topk_workspace_bytes, "rows"_a, "max_length"_a, "k"_a,
         "ctx"_a);
 
@@ -284,7 +305,8 @@ NB_MODULE(_core, m) {
   m.doc() = "Bindings of the dsa-indexer C++ library (use the dsa_indexer package instead)";
   m.attr("MAX_TOPK") = dsa::kMaxTopk;
   m.attr("MAX_CPU_THREADS") = dsa::kMaxCpuThreads;
-  m.attr("PAGE_TOKENS") = dsa::kPageTokens;
+  m.attr("PAGE_TOKENS") = dsa::kDefaultPageTokens;
+  m.attr("PAGE_SIZES") = dsa::python::page_sizes();
   m.attr("CHUNK_TOKENS") = dsa::kChunkTokens;
   dsa::python::bind_enums(m);
   dsa::python::bind_context(m);

@@ -1,9 +1,10 @@
 """Independent NumPy references of the dsa-indexer semantics (include/dsa/*.hpp), written
-from the documented math, plus random input generators. Shared by the CPU and GPU suites."""
+from the documented math, plus random input generators and the comparison of results with
+the references. Shared by the CPU and GPU suites."""
 
 import numpy as np
 
-PAGE = 64
+PAGE = 64  # the default page size; the helpers take `page` for the others (32)
 CHUNK = 256
 
 
@@ -56,33 +57,35 @@ def quantize_rows(x, power_of_two):
     return e4m3_encode(x / scale[..., None]), scale
 
 
-def page_bytes(head_dim):
-    return PAGE * (head_dim + 4)
+def page_bytes(head_dim, page=PAGE):
+    return page * (head_dim + 4)
 
 
-def split_cache(cache, head_dim):
-    """(keys float64 [pages, 64, D], scales float32 [pages, 64]) of a [pages, stride] cache."""
+def split_cache(cache, head_dim, page=PAGE):
+    """(keys float64 [pages, P, D], scales float32 [pages, P]) of a [pages, stride] cache of
+    P-token pages."""
     pages = cache.shape[0]
-    codes = np.ascontiguousarray(cache[:, : PAGE * head_dim]).reshape(pages, PAGE, head_dim)
-    scales = np.ascontiguousarray(cache[:, PAGE * head_dim: PAGE * head_dim + 4 * PAGE])
-    return e4m3_decode(codes), scales.view(np.float32).reshape(pages, PAGE)
+    cache = cache.reshape(pages, -1)
+    codes = np.ascontiguousarray(cache[:, : page * head_dim]).reshape(pages, page, head_dim)
+    scales = np.ascontiguousarray(cache[:, page * head_dim: page * head_dim + 4 * page])
+    return e4m3_decode(codes), scales.view(np.float32).reshape(pages, page)
 
 
-def random_cache(rng, num_pages, head_dim, page_stride=None):
-    page_stride = page_stride or page_bytes(head_dim)
+def random_cache(rng, num_pages, head_dim, page_stride=None, page=PAGE):
+    page_stride = page_stride or page_bytes(head_dim, page)
     cache = rng.integers(0, 256, size=(num_pages, page_stride), dtype=np.uint8)
-    keys = rng.standard_normal((num_pages * PAGE, head_dim)).astype(np.float32)
+    keys = rng.standard_normal((num_pages * page, head_dim)).astype(np.float32)
     codes, scales = quantize_rows(keys, False)
-    cache[:, : PAGE * head_dim] = codes.reshape(num_pages, -1)
-    cache[:, PAGE * head_dim: PAGE * head_dim + 4 * PAGE] = (
-        scales.reshape(num_pages, PAGE).view(np.uint8))
+    cache[:, : page * head_dim] = codes.reshape(num_pages, -1)
+    cache[:, page * head_dim: page * head_dim + 4 * page] = (
+        scales.reshape(num_pages, page).view(np.uint8))
     return cache
 
 
-def random_block_table(rng, lens_2d, num_pages, extra_columns=1, padding=-1):
+def random_block_table(rng, lens_2d, num_pages, extra_columns=1, padding=-1, page=PAGE):
     """int32 [B, max_blocks] of distinct random pages; entries past each request's need hold
     `padding` (never to be read)."""
-    needed = -(-lens_2d.max(axis=1) // PAGE)
+    needed = -(-lens_2d.max(axis=1) // page)
     max_blocks = int(needed.max(initial=0)) + extra_columns
     pages = rng.permutation(num_pages)
     table = np.full((len(lens_2d), max_blocks), padding, dtype=np.int32)
@@ -94,9 +97,40 @@ def random_block_table(rng, lens_2d, num_pages, extra_columns=1, padding=-1):
     return table
 
 
-def logits(q_codes, cache, head_dim, weights, lens_2d, block_table, max_context_len):
+def scoring_problem(rng, batch=3, next_n=2, heads=4, head_dim=32, max_prefix=300, pages=None,
+                    page_stride=None, page=PAGE, spare_pages=2, spare_columns=5):
+    """NumPy inputs of a scoring call: causal lengths [B, next_n] from random committed
+    prefixes, a random cache of P-token pages (`pages`, or those the lengths need plus
+    spare_pages) as [pages, page_stride], a block table of distinct random pages, fp8 q
+    codes, weights and max_len (spare_columns past the longest row)."""
+    prefix = rng.integers(0, max_prefix, size=batch).astype(np.int32)
+    lens = (prefix[:, None] + np.arange(next_n)[None, :] + 1).astype(np.int32)
+    needed = int((-(-lens.max(axis=1) // page)).sum())
+    cache = random_cache(rng, pages or needed + spare_pages, head_dim, page_stride, page)
+    table = random_block_table(rng, lens, cache.shape[0], page=page)
+    q = rng.standard_normal((batch, next_n, heads, head_dim)).astype(np.float32)
+    weights = rng.standard_normal((batch * next_n, heads)).astype(np.float32)
+    return dict(prefix=prefix, lens=lens, cache=cache, table=table, q=e4m3_encode(q),
+                weights=weights, max_len=int(lens.max()) + spare_columns, page=page,
+                head_dim=head_dim)
+
+
+def problem_logits(p):
+    """logits() of a scoring_problem."""
+    return logits(p["q"], p["cache"], p["head_dim"], p["weights"], p["lens"], p["table"],
+                  p["max_len"], p["page"])
+
+
+def assert_logits_close(actual, expected, rtol=2e-4):
+    """actual matches the float64 reference logits where those are finite."""
+    valid = np.isfinite(expected)
+    scale = max(1.0, float(np.abs(expected[valid]).max(initial=0)))
+    np.testing.assert_allclose(actual[valid], expected[valid], rtol=rtol, atol=rtol * scale)
+
+
+def logits(q_codes, cache, head_dim, weights, lens_2d, block_table, max_context_len, page=PAGE):
     """float64 [B * next_n, max_context_len]; positions past each row's length are -inf."""
-    keys, scales = split_cache(cache, head_dim)
+    keys, scales = split_cache(cache, head_dim, page)
     q = e4m3_decode(q_codes)
     batch, next_n = lens_2d.shape
     out = np.full((batch * next_n, max_context_len), -np.inf)
@@ -104,29 +138,50 @@ def logits(q_codes, cache, head_dim, weights, lens_2d, block_table, max_context_
         for j in range(next_n):
             length = int(lens_2d[b, j])
             pos = np.arange(length)
-            pages = block_table[b, pos // PAGE]
-            k = keys[pages, pos % PAGE]  # [L, D]
-            s = scales[pages, pos % PAGE].astype(np.float64)
+            pages = block_table[b, pos // page]
+            k = keys[pages, pos % page]  # [L, D]
+            s = scales[pages, pos % page].astype(np.float64)
             dots = q[b, j] @ k.T  # [H, L]
             r = b * next_n + j
             out[r, :length] = weights[r].astype(np.float64) @ np.maximum(0.0, dots * s)
     return out
 
 
-def topk(values, lengths, k):
+def topk(values, lengths, k, row_starts=None):
     """int32 [T, k] sorted selection: largest first, NaN as -inf, ties by smaller position;
-    rows with length <= k list 0 .. length - 1 then -1."""
+    rows with length <= k list 0 .. length - 1 then -1. With row_starts, row r's candidates
+    are values[r, row_starts[r] + i] and it selects the positions i."""
     out = np.full((len(lengths), k), -1, dtype=np.int32)
     for r, length in enumerate(lengths):
         length = int(length)
         if length <= k:
             out[r, :length] = np.arange(length)
             continue
-        row = np.where(np.isnan(values[r, :length]), -np.inf, values[r, :length])
+        start = 0 if row_starts is None else int(row_starts[r])
+        row = np.asarray(values[r, start: start + length], dtype=np.float64)
+        row = np.where(np.isnan(row), -np.inf, row)
         row = np.where(row == 0, 0.0, row)  # -0.0 equals +0.0
         order = np.lexsort((np.arange(length), -row))
         out[r] = order[:k]
     return out
+
+
+def request_of_rows(rows, rows_per_request=1, request_offsets=None):
+    """int64 [rows]: the request of each row (r // rows_per_request, or the q with
+    request_offsets[q] <= r < request_offsets[q + 1])."""
+    r = np.arange(rows)
+    if request_offsets is None:
+        return r // rows_per_request
+    return np.searchsorted(np.asarray(request_offsets), r, side="right") - 1
+
+
+def slots(positions, block_table, requests, page):
+    """Cache slots block_table[q, i // page] * page + i % page of positions i [T, k] of rows
+    of requests q [T]; -1 stays -1."""
+    i = np.maximum(positions, 0).astype(np.int64)
+    q = np.broadcast_to(np.asarray(requests)[:, None], positions.shape)
+    slot = block_table[q, i // page].astype(np.int64) * page + i % page
+    return np.where(positions >= 0, slot, -1).astype(np.int32)
 
 
 def schedule(lens_2d, num_workers, path):

@@ -6,7 +6,8 @@ import pytest
 import dsa_indexer as dsa
 import reference as ref
 from dsa_indexer import integration
-from dsa_indexer.compat import deep_gemm
+from reference import assert_logits_close
+from reference import problem_logits as reference_logits
 
 D = 32
 
@@ -16,29 +17,8 @@ def rng():
     return np.random.default_rng(1234)
 
 
-def scoring_problem(rng, batch=3, next_n=2, heads=4, head_dim=D, max_prefix=300, pages=None,
-                    page_stride=None):
-    prefix = rng.integers(0, max_prefix, size=batch).astype(np.int32)
-    lens = (prefix[:, None] + np.arange(next_n)[None, :] + 1).astype(np.int32)
-    needed = int((-(-lens.max(axis=1) // ref.PAGE)).sum())
-    cache = ref.random_cache(rng, pages or needed + 2, head_dim, page_stride)
-    table = ref.random_block_table(rng, lens, cache.shape[0])
-    q = rng.standard_normal((batch, next_n, heads, head_dim)).astype(np.float32)
-    q_codes = ref.e4m3_encode(q)
-    weights = rng.standard_normal((batch * next_n, heads)).astype(np.float32)
-    max_len = int(lens.max()) + 5
-    return dict(prefix=prefix, lens=lens, cache=cache, table=table, q=q_codes, weights=weights,
-                max_len=max_len)
-
-
-def reference_logits(p):
-    return ref.logits(p["q"], p["cache"], D, p["weights"], p["lens"], p["table"], p["max_len"])
-
-
-def assert_logits_close(actual, expected, rtol=2e-4):
-    valid = np.isfinite(expected)
-    scale = max(1.0, float(np.abs(expected[valid]).max(initial=0)))
-    np.testing.assert_allclose(actual[valid], expected[valid], rtol=rtol, atol=rtol * scale)
+def scoring_problem(rng, **kwargs):
+    return ref.scoring_problem(rng, head_dim=D, **kwargs)
 
 
 # ---------------------------------------------------------------------------
@@ -87,6 +67,41 @@ def test_store_index_keys_rejects_slot_beyond_cache(rng):
     keys = np.ones((1, D), dtype=np.float32)
     with pytest.raises(ValueError, match="store_index_keys.*slot"):
         dsa.store_index_keys(keys, np.array([64], dtype=np.int32), cache)
+
+
+def stored_rows(cache, page):
+    """(fp8 codes [slots, D], scales [slots]) of a cache of P-token pages, by slot."""
+    flat = cache.reshape(cache.shape[0], -1)
+    codes = flat[:, : page * D].reshape(-1, D)
+    scales = np.ascontiguousarray(flat[:, page * D: page * (D + 4)]).view(np.float32)
+    return codes, scales.reshape(-1)
+
+
+@pytest.mark.parametrize("view", ["2-D", "4-D"])
+def test_store_index_keys_pages_of_32_tokens(rng, view):
+    page, pages, tokens = 32, 3, 50
+    cache = rng.integers(0, 256, size=(pages, ref.page_bytes(D, page)), dtype=np.uint8)
+    keys = rng.standard_normal((tokens, D)).astype(np.float32)
+    slots = rng.permutation(pages * page)[:tokens].astype(np.int32)
+    if view == "2-D":
+        dsa.store_index_keys(keys, slots, cache, page_size=32)
+    else:  # the view states the page size
+        dsa.store_index_keys(keys, slots, cache.reshape(pages, page, 1, D + 4))
+    codes, scales = ref.quantize_rows(keys, False)
+    stored_codes, stored_scales = stored_rows(cache, page)
+    np.testing.assert_array_equal(stored_codes[slots], codes)
+    np.testing.assert_array_equal(stored_scales[slots], scales)
+
+
+def test_store_index_keys_page_size_errors(rng):
+    keys = np.ones((1, D), dtype=np.float32)
+    cache_4d = np.zeros((2, 32, 1, D + 4), dtype=np.uint8)
+    with pytest.raises(ValueError, match="store_index_keys: cache: .*page_size is 64"):
+        dsa.store_index_keys(keys, np.zeros(1, dtype=np.int32), cache_4d, page_size=64)
+    with pytest.raises(ValueError, match="store_index_keys: options.page_size: .* got 16"):
+        dsa.store_index_keys(keys, np.zeros(1, dtype=np.int32), cache_4d, page_size=16)
+    with pytest.raises(ValueError, match="store_index_keys: .*slot"):  # 2 pages of 32 tokens
+        dsa.store_index_keys(keys, np.array([64], dtype=np.int32), cache_4d)
 
 
 @pytest.mark.parametrize("power_of_two", [False, True])
@@ -202,6 +217,35 @@ def test_paged_mqa_logits_layouts_and_strided_output(rng):
     out = dsa.paged_mqa_logits(p["q"], cache_4d, p["weights"], p["lens"], p["table"],
                                p["max_len"])
     assert_logits_close(out, reference_logits(p))
+
+
+@pytest.mark.parametrize("next_n", [1, 2, 4])
+@pytest.mark.parametrize("view", ["2-D", "4-D"])
+def test_paged_mqa_logits_pages_of_32_tokens(rng, next_n, view):
+    p = scoring_problem(rng, next_n=next_n, page=32)
+    if view == "2-D":
+        cache, page_size = p["cache"], 32
+    else:  # the view states the page size
+        cache, page_size = p["cache"].reshape(-1, 32, 1, D + 4), 0
+    out = dsa.paged_mqa_logits(p["q"], cache, p["weights"], p["lens"], p["table"], p["max_len"],
+                               clean_logits=True, page_size=page_size)
+    expected = reference_logits(p)
+    assert_logits_close(out, expected)
+    np.testing.assert_array_equal(np.isneginf(out), np.isneginf(expected))
+
+
+def test_paged_mqa_logits_page_size_errors(rng):
+    p = scoring_problem(rng, page=32)
+    args = (p["q"], p["cache"].reshape(-1, 32, 1, D + 4), p["weights"], p["lens"], p["table"],
+            p["max_len"])
+    with pytest.raises(ValueError, match="paged_mqa_logits: key_cache: .*page_size is 64"):
+        dsa.paged_mqa_logits(*args, page_size=64)
+    with pytest.raises(ValueError, match="paged_mqa_logits: options.page_size: .* got 48"):
+        dsa.paged_mqa_logits(*args, page_size=48)
+    with pytest.raises(ValueError, match="index_topk: options.page_size: .* got 1"):
+        dsa.index_topk(*args, 8, page_size=1)
+    with pytest.raises(TypeError, match="paged_mqa_logits: page_size: expected an integer"):
+        dsa.paged_mqa_logits(*args, page_size=32.0)
 
 
 def test_strides_of_extent_one_dimensions_are_free(rng):
@@ -384,6 +428,103 @@ def test_topk_errors(rng):
         dsa.topk(np.zeros((64, 10), dtype=np.float32), np.zeros(64, dtype=np.int32), 2**31 - 1)
 
 
+def ragged_rows(rng, rows=9, width=400, k=16):
+    """(values [rows, width], lengths, row_starts) with ties, NaN, empty and short rows."""
+    values = rng.standard_normal((rows, width)).astype(np.float32)
+    values[1, 40:140] = 1.0  # many ties
+    values[2, 150] = np.nan
+    starts = rng.integers(0, 150, size=rows).astype(np.int32)
+    lengths = rng.integers(k + 1, width - 150, size=rows).astype(np.int32)
+    lengths[3] = 0
+    lengths[4] = k
+    lengths[5] = max(k - 3, 0)
+    starts[6] = width - lengths[6]  # a row that ends at the last column
+    return values, lengths, starts
+
+
+@pytest.mark.parametrize("k", [1, 16, 100])
+def test_topk_row_starts_and_position_offsets(rng, k):
+    values, lengths, starts = ragged_rows(rng, k=k)
+    expected = ref.topk(values, lengths, k, starts)
+    np.testing.assert_array_equal(dsa.topk(values, lengths, k, sorted=True, row_starts=starts),
+                                  expected)
+    assert_same_selection(dsa.topk(values, lengths, k, row_starts=starts), expected)
+    offsets = rng.integers(-1000, 100000, size=len(lengths)).astype(np.int32)
+    np.testing.assert_array_equal(
+        dsa.topk(values, lengths, k, sorted=True, row_starts=starts, position_offsets=offsets),
+        np.where(expected >= 0, expected + offsets[:, None], -1))
+
+
+def random_table(rng, requests, width, page):
+    """int32 [requests, ceil(width / page)] of random entries a transform may use."""
+    return rng.integers(0, 5000, size=(requests, -(-width // page))).astype(np.int32)
+
+
+@pytest.mark.parametrize("page", [1, 32, 64])
+@pytest.mark.parametrize("starts", [False, True])
+def test_topk_block_tables_of_each_page_size(rng, page, starts):
+    k, rows_per_request = 16, 3
+    values, lengths, row_starts = ragged_rows(rng, k=k)
+    row_starts = row_starts if starts else None
+    positions = ref.topk(values, lengths, k, row_starts)
+    requests = ref.request_of_rows(len(lengths), rows_per_request)
+    table = random_table(rng, int(requests.max()) + 1, values.shape[1], page)
+    slots = dsa.topk(values, lengths, k, sorted=True, row_starts=row_starts, block_table=table,
+                     page_size=page, rows_per_request=rows_per_request)
+    np.testing.assert_array_equal(slots, ref.slots(positions, table, requests, page))
+
+
+@pytest.mark.parametrize("page", [1, 32, 64])
+def test_topk_request_offsets_of_uneven_requests(rng, page):
+    k = 16
+    values, lengths, row_starts = ragged_rows(rng, k=k)
+    offsets = np.array([0, 4, 4, 5, 9], dtype=np.int32)  # 4 rows, none, 1, 4
+    positions = ref.topk(values, lengths, k, row_starts)
+    requests = ref.request_of_rows(len(lengths), request_offsets=offsets)
+    np.testing.assert_array_equal(requests, [0, 0, 0, 0, 2, 3, 3, 3, 3])
+    table = random_table(rng, len(offsets) - 1, values.shape[1], page)
+    slots = dsa.topk(values, lengths, k, sorted=True, row_starts=row_starts, block_table=table,
+                     page_size=page, request_offsets=offsets)
+    np.testing.assert_array_equal(slots, ref.slots(positions, table, requests, page))
+
+
+def test_topk_option_errors(rng):
+    values, lengths, starts = ragged_rows(rng)
+    rows = len(lengths)
+    table = random_table(rng, rows, values.shape[1], 64)
+    offsets = np.arange(rows + 1, dtype=np.int32)
+
+    def call(**options):
+        return dsa.topk(values, lengths, 16, **options)
+
+    with pytest.raises(ValueError, match="topk: page_size: must be 1, 32 or 64"):
+        call(block_table=table, page_size=16)
+    with pytest.raises(ValueError, match="topk: position_offsets"):
+        call(block_table=table, position_offsets=starts)
+    with pytest.raises(ValueError, match="topk: request_offsets"):
+        call(request_offsets=offsets)  # without a block table
+    with pytest.raises(ValueError, match="topk: request_offsets"):
+        call(block_table=table, request_offsets=offsets, rows_per_request=2)
+    with pytest.raises(ValueError, match="topk: request_offsets"):
+        call(block_table=table, request_offsets=offsets[:-1])  # one entry short
+    decreasing = offsets.copy()
+    decreasing[2], decreasing[3] = 3, 2
+    with pytest.raises(ValueError, match="topk: request_offsets"):
+        call(block_table=table, request_offsets=decreasing)
+    with pytest.raises(ValueError, match="topk: row_starts"):
+        call(row_starts=starts[:-1])
+    beyond = starts.copy()
+    beyond[0] = values.shape[1] - lengths[0] + 1
+    with pytest.raises(ValueError, match="topk: row_starts"):
+        call(row_starts=beyond)
+    with pytest.raises(ValueError, match="topk: position_offsets"):
+        call(position_offsets=starts.astype(np.int64))
+    with pytest.raises(ValueError, match="topk: block_table"):
+        call(block_table=table[:, :2], page_size=64)  # too few entries for the rows
+    with pytest.raises(TypeError, match="topk: request_offsets: expected"):
+        call(block_table=table, request_offsets=list(offsets))
+
+
 def test_integer_arguments_beyond_int32_name_the_argument(rng):
     values = rng.standard_normal((2, 10)).astype(np.float32)
     lengths = np.array([10, 5], dtype=np.int32)
@@ -448,6 +589,26 @@ def test_index_topk_equals_topk_of_logits(rng, strategy, next_n):
                         rows_per_request=next_n))
 
 
+@pytest.mark.parametrize("strategy", ["fused", "logits_then_topk"])
+@pytest.mark.parametrize("next_n", [1, 3])
+def test_index_topk_pages_of_32_tokens(rng, strategy, next_n):
+    k = 40
+    p = scoring_problem(rng, next_n=next_n, page=32)
+    args = (p["q"], p["cache"].reshape(-1, 32, 1, D + 4), p["weights"], p["lens"], p["table"],
+            p["max_len"])
+    flat_lens = p["lens"].reshape(-1)
+    positions = ref.topk(dsa.paged_mqa_logits(*args), flat_lens, k)
+    np.testing.assert_array_equal(dsa.index_topk(*args, k, sorted=True, strategy=strategy),
+                                  positions)
+    expected = ref.slots(positions, p["table"], ref.request_of_rows(len(flat_lens), next_n), 32)
+    np.testing.assert_array_equal(
+        dsa.index_topk(*args, k, sorted=True, physical_slots=True, strategy=strategy), expected)
+    # The 2-D view with the page size stated.
+    np.testing.assert_array_equal(
+        dsa.index_topk(p["q"], p["cache"], *args[2:], k, sorted=True, physical_slots=True,
+                       strategy=strategy, page_size=32), expected)
+
+
 def test_index_topk_topk_lens_beyond_context_is_rejected(rng):
     p = scoring_problem(rng, next_n=2)
     too_long = (p["lens"].reshape(-1) + 1).astype(np.int32)
@@ -469,39 +630,7 @@ def test_selection_of_reference_logits(rng):
 
 
 # ---------------------------------------------------------------------------
-# DeepGEMM compatibility and integration helpers
-
-
-@pytest.mark.parametrize("next_n", [1, 2, 4])
-def test_deep_gemm_compat_matches_native_api(rng, next_n):
-    p = scoring_problem(rng, next_n=next_n)
-    kv_cache = p["cache"].reshape(-1, ref.PAGE, 1, D + 4)
-    schedule = deep_gemm.get_paged_mqa_logits_metadata(p["lens"], 64, 8)
-    assert schedule.shape == (9, 2) and schedule.dtype == np.int32
-    logits = deep_gemm.fp8_paged_mqa_logits(p["q"], kv_cache, p["weights"], p["lens"],
-                                            p["table"], schedule, p["max_len"],
-                                            clean_logits=True)
-    native = dsa.paged_mqa_logits(p["q"], p["cache"], p["weights"], p["lens"], p["table"],
-                                  p["max_len"], clean_logits=True)
-    np.testing.assert_array_equal(logits, native)
-    assert_logits_close(logits, reference_logits(p))
-
-
-@pytest.mark.parametrize("next_n", [1, 3])
-def test_deep_gemm_compat_legacy_lengths(rng, next_n):
-    p = scoring_problem(rng, next_n=next_n)
-    legacy = (p["prefix"] + next_n).astype(np.int32)  # total length including drafts
-    kv_cache = p["cache"].reshape(-1, ref.PAGE, 1, D + 4)
-    schedule = deep_gemm.get_paged_mqa_logits_metadata(legacy, 64, 4)
-    logits = deep_gemm.fp8_paged_mqa_logits(p["q"], kv_cache, p["weights"], legacy, p["table"],
-                                            schedule, p["max_len"], True)
-    assert_logits_close(logits, reference_logits(p))  # legacy == causal lengths
-    assert np.isneginf(logits[0, p["lens"][0, 0]:]).all()
-
-
-def test_deep_gemm_compat_rejects_other_block_sizes():
-    with pytest.raises(ValueError, match="block_kv"):
-        deep_gemm.get_paged_mqa_logits_metadata(np.ones((1, 1), dtype=np.int32), 32, 4)
+# Integration helpers
 
 
 def test_length_helpers_verify_and_decode(rng):
@@ -534,6 +663,12 @@ def test_block_table_helpers(rng):
     repeated[1, 1] = 999  # request 0 needs two pages
     with pytest.raises(ValueError, match="row 1 entry 1"):
         integration.check_repeated_rows(repeated, 2, lens)
+    repeated[1, 1] = repeated[0, 1]
+    repeated[3, 1] = -1
+    lens[1] = [40, 41]  # request 1 needs one page of 64 tokens, but two of 32
+    integration.check_repeated_rows(repeated, 2, lens)
+    with pytest.raises(ValueError, match="row 3 entry 1"):
+        integration.check_repeated_rows(repeated, 2, lens, page_size=32)
 
 
 def test_device_queries():

@@ -12,7 +12,7 @@ if not torch.cuda.is_available():
 import dsa_indexer as dsa  # noqa: E402
 import reference as ref  # noqa: E402
 from dsa_indexer import integration  # noqa: E402
-from dsa_indexer.compat import deep_gemm  # noqa: E402
+from dsa_indexer.compat import deep_gemm, sgl_kernel  # noqa: E402
 
 if not dsa.built_with_cuda():
     pytest.skip("dsa_indexer was built without CUDA", allow_module_level=True)
@@ -50,18 +50,18 @@ def torch_quantize(x, power_of_two):
     return codes, scale
 
 
-def torch_decode_cache(cache, head_dim):
+def torch_decode_cache(cache, head_dim, page=PAGE):
     pages = cache.shape[0]
     flat = cache.reshape(pages, -1)
-    keys = flat[:, : PAGE * head_dim].contiguous().view(FP8).double().view(pages, PAGE, head_dim)
-    scales = flat[:, PAGE * head_dim: PAGE * head_dim + 4 * PAGE].contiguous()
-    return keys, scales.view(torch.float32).double().view(pages, PAGE)
+    keys = flat[:, : page * head_dim].contiguous().view(FP8).double().view(pages, page, head_dim)
+    scales = flat[:, page * head_dim: page * head_dim + 4 * page].contiguous()
+    return keys, scales.view(torch.float32).double().view(pages, page)
 
 
-def torch_logits(q, cache, weights, lens, table, max_len, magnitude=False):
+def torch_logits(q, cache, weights, lens, table, max_len, magnitude=False, page=PAGE):
     """float64 logits; with magnitude=True, sum_h |w| * |scale| * sum_d |q k| instead
-    (the scale of the rounding error a correct kernel may make)."""
-    keys, scales = torch_decode_cache(cache, q.shape[-1])
+    (the scale of the rounding error a correct kernel may make). Pages of `page` tokens."""
+    keys, scales = torch_decode_cache(cache, q.shape[-1], page)
     qd = q.view(FP8).double() if q.dtype == torch.uint8 else q.double()
     if magnitude:
         keys, scales, qd, weights = keys.abs(), scales.abs(), qd.abs(), weights.abs()
@@ -72,9 +72,9 @@ def torch_logits(q, cache, weights, lens, table, max_len, magnitude=False):
         for j in range(next_n):
             length = int(host_lens[b, j])
             pos = torch.arange(length, device=q.device)
-            pages = table[b, pos // PAGE].long()
-            k = keys[pages, pos % PAGE]
-            s = scales[pages, pos % PAGE]
+            pages = table[b, pos // page].long()
+            k = keys[pages, pos % page]
+            s = scales[pages, pos % page]
             r = b * next_n + j
             out[r, :length] = weights[r].double() @ torch.relu((qd[b, j] @ k.T) * s)
     return out
@@ -106,16 +106,20 @@ def same_selection(actual, expected):
     torch.testing.assert_close(actual.sort(dim=1).values, expected.sort(dim=1).values)
 
 
-def scoring_problem(rng, batch=4, next_n=2, heads=64, max_prefix=3000, page_stride=None):
-    prefix = rng.integers(0, max_prefix, size=batch).astype(np.int32)
-    lens = (prefix[:, None] + np.arange(next_n) + 1).astype(np.int32)
-    needed = int((-(-lens.max(axis=1) // PAGE)).sum())
-    cache = ref.random_cache(rng, needed + 3, D, page_stride)
-    table = ref.random_block_table(rng, lens, cache.shape[0])
-    q = ref.e4m3_encode(rng.standard_normal((batch, next_n, heads, D)).astype(np.float32))
-    weights = rng.standard_normal((batch * next_n, heads)).astype(np.float32)
-    return dict(prefix=cuda(prefix), lens=cuda(lens), cache=cuda(cache), table=cuda(table),
-                q=cuda(q).view(FP8), weights=cuda(weights), max_len=int(lens.max()) + 7)
+def scoring_problem(rng, batch=4, next_n=2, heads=64, max_prefix=3000, page_stride=None,
+                    page=PAGE):
+    p = ref.scoring_problem(rng, batch, next_n, heads, D, max_prefix, page_stride=page_stride,
+                            page=page, spare_pages=3, spare_columns=7)
+    on_device = {name: cuda(value) for name, value in p.items() if isinstance(value, np.ndarray)}
+    on_device["q"] = on_device["q"].view(FP8)
+    return dict(p, **on_device)
+
+
+def reference_of(p, lens=None):
+    """(float64 logits, their error magnitude) of problem p, with its causal lengths or `lens`."""
+    lens = p["lens"] if lens is None else lens
+    return [torch_logits(p["q"], p["cache"], p["weights"], lens, p["table"], p["max_len"],
+                         magnitude=m, page=p["page"]) for m in (False, True)]
 
 
 def args_of(p):
@@ -128,17 +132,21 @@ def args_of(p):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("power_of_two", [False, True])
-def test_store_index_keys(rng, dtype, power_of_two):
+@pytest.mark.parametrize("page", [64, 32])
+def test_store_index_keys(rng, dtype, power_of_two, page):
     pages, tokens = 4, 100
-    cache = torch.zeros((pages, ref.page_bytes(D)), dtype=torch.uint8, device=DEVICE)
+    cache = torch.zeros((pages, ref.page_bytes(D, page)), dtype=torch.uint8, device=DEVICE)
     keys = (torch.randn(tokens, D, device=DEVICE) * 7).to(dtype)
-    slots = torch.randperm(pages * PAGE, device=DEVICE)[:tokens].int()
+    slots = torch.randperm(pages * page, device=DEVICE)[:tokens].int()
     slots[7] = -1
-    dsa.store_index_keys(keys, slots, cache, power_of_two_scales=power_of_two)
+    # A cache of 32-token pages through DeepGEMM's view, which states the page size.
+    target = cache if page == PAGE else cache.view(pages, page, 1, D + 4)
+    dsa.store_index_keys(keys, slots, target, power_of_two_scales=power_of_two)
     codes, scales = torch_quantize(keys, power_of_two)
     written = slots >= 0
-    stored = cache[:, : PAGE * D].reshape(-1, D)
-    stored_scales = cache[:, PAGE * D: PAGE * D + 256].contiguous().view(torch.float32).reshape(-1)
+    stored = cache[:, : page * D].reshape(-1, D)
+    stored_scales = (cache[:, page * D: page * (D + 4)].contiguous().view(torch.float32)
+                     .reshape(-1))
     s = slots[written].long()
     torch.testing.assert_close(stored[s], codes[written], rtol=0, atol=0)
     torch.testing.assert_close(stored_scales[s], scales[written], rtol=0, atol=0)
@@ -276,6 +284,136 @@ def test_deep_gemm_compat(rng, next_n):
     logits = deep_gemm.fp8_paged_mqa_logits(p["q"], kv_cache, p["weights"], legacy, p["table"],
                                             schedule, p["max_len"], True)
     assert torch.equal(logits, native)
+
+
+@pytest.mark.parametrize("page", [64, 32])
+@pytest.mark.parametrize("heads", [64, 32])
+@pytest.mark.parametrize("next_n", range(1, 9))
+def test_deep_gemm_current_names(rng, page, heads, next_n):
+    p = scoring_problem(rng, batch=3, next_n=next_n, heads=heads, page=page)
+    kv_cache = p["cache"].view(-1, page, 1, D + 4)
+    num_sms = deep_gemm.get_num_sms()
+    assert num_sms == torch.cuda.get_device_properties(DEVICE).multi_processor_count
+    expected, magnitude = reference_of(p)
+    results = []
+    for lens in (p["lens"], p["prefix"] + next_n):  # 2-D lengths, then the legacy 1-D ones
+        for workers in (num_sms, num_sms // 2, 1):  # engines plan for part of the device
+            schedule = deep_gemm.get_paged_mqa_logits_metadata(lens, page, workers)
+            assert schedule.shape == (workers + 1, 2) and schedule.device.type == "cuda"
+            args = (kv_cache, p["weights"], lens, p["table"], schedule, p["max_len"])
+            logits = deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], None), *args, clean_logits=True)
+            assert logits.dtype == torch.float32
+            assert torch.equal(deep_gemm.fp8_paged_mqa_logits(p["q"], *args, True), logits)
+            bf16 = deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], None), *args, clean_logits=True,
+                                                      logits_dtype=torch.bfloat16)
+            assert bf16.dtype == torch.bfloat16
+            assert torch.equal(torch.isneginf(bf16), torch.isneginf(expected))
+            assert_logits_close(bf16.float(), expected, magnitude, rtol=2**-7)
+            results.append(logits)
+    assert_logits_close(results[0], expected, magnitude)
+    assert torch.equal(torch.isneginf(results[0]), torch.isneginf(expected))
+    for logits in results[1:]:
+        assert torch.equal(logits, results[0])
+
+
+def test_deep_gemm_refusals(rng):
+    p = scoring_problem(rng, next_n=2, page=32)
+    args = (p["cache"].view(-1, 32, 1, D + 4), p["weights"], p["lens"], p["table"],
+            deep_gemm.get_paged_mqa_logits_metadata(p["lens"], 32, 8), p["max_len"])
+    q_sf = torch.ones(p["q"].shape[:-1], device=DEVICE)
+    with pytest.raises(NotImplementedError, match="fp8_fp4_paged_mqa_logits: q: FP4 queries"):
+        deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], q_sf), *args)
+    rows = torch.arange(p["lens"].shape[0], dtype=torch.int32, device=DEVICE)
+    with pytest.raises(NotImplementedError, match="fp8_fp4_paged_mqa_logits: indices"):
+        deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], None), *args, indices=rows)
+    with pytest.raises(NotImplementedError, match="get_paged_mqa_logits_metadata: indices"):
+        deep_gemm.get_paged_mqa_logits_metadata(p["lens"], 32, 8, indices=rows)
+    with pytest.raises(ValueError, match="get_paged_mqa_logits_metadata: block_kv"):
+        deep_gemm.get_paged_mqa_logits_metadata(p["lens"], 16, 8)
+    with pytest.raises(ValueError, match="fp8_fp4_paged_mqa_logits: logits_dtype"):
+        deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], None), *args, logits_dtype=torch.float16)
+    with pytest.raises(ValueError, match="paged_mqa_logits: weights"):
+        deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], None), args[0], p["weights"][1:], *args[2:])
+    with pytest.raises(NotImplementedError, match="paged_mqa_logits: ctx.backend: cuda_hopper"):
+        dsa.paged_mqa_logits(p["q"], *args[:4], p["max_len"], args[4], backend="cuda_hopper")
+
+
+def selection_rows(rng, rows=9, width=9000, k=2048):
+    """CUDA (score [rows, width], lengths, row_starts) with ties, NaN, empty and short rows,
+    and their NumPy copies."""
+    score = rng.standard_normal((rows, width)).astype(np.float32)
+    score[1, :3000] = 0.25  # many ties
+    score[2, 17] = np.nan
+    starts = rng.integers(0, width // 4, size=rows).astype(np.int32)
+    lengths = rng.integers(k + 1, width - width // 4, size=rows).astype(np.int32)
+    lengths[3], lengths[4], lengths[5] = 0, k, k // 3
+    host = dict(score=score, lengths=lengths, starts=starts)
+    return {name: cuda(value) for name, value in host.items()}, host
+
+
+def same_rows(actual, expected):
+    """Same set per row (sgl-kernel's order within a row is unspecified)."""
+    np.testing.assert_array_equal(np.sort(actual.cpu().numpy(), axis=1),
+                                  np.sort(expected, axis=1))
+
+
+@pytest.mark.parametrize("k", [2048, 512])
+@pytest.mark.parametrize("starts", [False, True])
+def test_sgl_kernel(rng, k, starts):
+    dev, host = selection_rows(rng, k=k)
+    dev_starts = dev["starts"] if starts else None
+    positions = ref.topk(host["score"], host["lengths"], k, host["starts"] if starts else None)
+    rows = len(host["lengths"])
+    result = sgl_kernel.fast_topk_v2(dev["score"], dev["lengths"], k, dev_starts)
+    assert result.device.type == "cuda" and result.dtype == torch.int32
+    same_rows(result, positions)
+
+    # Decode (R == B), target verify / extend (requests of uneven row counts).
+    for offsets in (np.arange(rows + 1), np.array([0, 4, 4, 5, rows])):
+        offsets = offsets.astype(np.int32)
+        table = rng.integers(0, 10**6, size=(len(offsets) - 1, 9000)).astype(np.int32)
+        result = sgl_kernel.fast_topk_transform_fused(dev["score"], dev["lengths"], cuda(table),
+                                                      cuda(offsets), k, dev_starts)
+        requests = ref.request_of_rows(rows, request_offsets=offsets)
+        same_rows(result, ref.slots(positions, table, requests, 1))
+
+    offsets = np.cumsum(rng.integers(0, 9000, size=rows)).astype(np.int32)
+    result = sgl_kernel.fast_topk_transform_ragged_fused(dev["score"], dev["lengths"],
+                                                         cuda(offsets), k, dev_starts)
+    same_rows(result, np.where(positions >= 0, positions + offsets[:, None], -1))
+
+
+@pytest.mark.parametrize("page", [1, 32, 64])
+def test_topk_block_tables_and_request_offsets(rng, page):
+    dev, host = selection_rows(rng, k=256)
+    rows = len(host["lengths"])
+    positions = ref.topk(host["score"], host["lengths"], 256, host["starts"])
+    table = rng.integers(0, 10**5, size=(rows, -(-9000 // page))).astype(np.int32)
+    for rows_per_request, offsets in ((1, None), (3, None), (1, np.array([0, 2, 2, 7, rows]))):
+        options = dict(rows_per_request=rows_per_request)
+        if offsets is not None:
+            options = dict(request_offsets=cuda(offsets.astype(np.int32)))
+        slots = dsa.topk(dev["score"], dev["lengths"], 256, sorted=True, row_starts=dev["starts"],
+                         block_table=cuda(table), page_size=page, check_device_errors=True,
+                         **options)
+        requests = ref.request_of_rows(rows, rows_per_request, offsets)
+        np.testing.assert_array_equal(slots.cpu().numpy(),
+                                      ref.slots(positions, table, requests, page))
+
+
+def test_index_topk_pages_of_32_tokens(rng):
+    next_n, k = 3, 512
+    p = scoring_problem(rng, next_n=next_n, page=32)
+    cache = p["cache"].view(-1, 32, 1, D + 4)
+    args = (p["q"], cache) + args_of(p)[2:]
+    logits = dsa.paged_mqa_logits(*args, clean_logits=True, check_device_errors=True)
+    assert_logits_close(logits, *reference_of(p))
+    positions = dsa.topk(logits, p["lens"].reshape(-1), k, sorted=True)
+    assert torch.equal(dsa.index_topk(*args, k, sorted=True), positions)
+    requests = ref.request_of_rows(positions.shape[0], next_n)
+    np.testing.assert_array_equal(
+        dsa.index_topk(*args, k, sorted=True, physical_slots=True).cpu().numpy(),
+        ref.slots(positions.cpu().numpy(), p["table"].cpu().numpy(), requests, 32))
 
 
 # ---------------------------------------------------------------------------

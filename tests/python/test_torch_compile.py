@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 import dsa_indexer as dsa  # noqa: E402
 import reference as ref  # noqa: E402
 from dsa_indexer import _eager, ops  # noqa: E402
-from dsa_indexer.compat import deep_gemm  # noqa: E402
+from dsa_indexer.compat import deep_gemm, sgl_kernel  # noqa: E402
 
 D = 32
 FP8 = torch.float8_e4m3fn
@@ -41,26 +41,63 @@ def compile_whole(fn, backend="eager"):
     return torch.compile(fn, backend=backend, fullgraph=True)
 
 
-def problem(batch=3, next_n=2, heads=4, max_prefix=300):
+def problem(batch=3, next_n=2, heads=4, max_prefix=300, page=ref.PAGE):
     rng = np.random.default_rng(7)
     prefix = rng.integers(0, max_prefix, size=batch).astype(np.int32)
     lens = (prefix[:, None] + np.arange(next_n) + 1).astype(np.int32)
-    cache = ref.random_cache(rng, int((-(-lens.max(axis=1) // ref.PAGE)).sum()) + 2, D)
+    cache = ref.random_cache(rng, int((-(-lens.max(axis=1) // page)).sum()) + 2, D, page=page)
     q = ref.e4m3_encode(rng.standard_normal((batch, next_n, heads, D)).astype(np.float32))
     return dict(
         prefix=torch.from_numpy(prefix), lens=torch.from_numpy(lens),
         cache=torch.from_numpy(cache),
-        table=torch.from_numpy(ref.random_block_table(rng, lens, cache.shape[0])),
+        table=torch.from_numpy(ref.random_block_table(rng, lens, cache.shape[0], page=page)),
         q=torch.from_numpy(q).view(FP8),
         weights=torch.from_numpy(rng.standard_normal((batch * next_n, heads)).astype(np.float32)),
         keys=torch.from_numpy(rng.standard_normal((10, D)).astype(np.float32) * 5),
         slots=torch.from_numpy(rng.permutation(2 * ref.PAGE)[:10].astype(np.int32)),
         q_high=torch.from_numpy(rng.standard_normal((batch, next_n, heads, D)).astype(np.float32)),
-        max_len=int(lens.max()) + 9)
+        max_len=int(lens.max()) + 9, page=page)
 
 
 def scoring(p):
     return p["q"], p["cache"], p["weights"], p["lens"], p["table"], p["max_len"]
+
+
+def ragged(p):
+    """Top-k inputs of ragged rows: score (logits [6, N]), lengths, row_starts, and
+    request_offsets of requests of 2, 0, 1 and 3 rows."""
+    logits = dsa.paged_mqa_logits(*scoring(p), page_size=p["page"])
+    lengths = (p["lens"].reshape(-1) // 2).int()
+    return dict(score=logits, lengths=lengths, starts=(p["lens"].reshape(-1) - lengths).int(),
+                offsets=torch.tensor([0, 2, 2, 3, 6], dtype=torch.int32))
+
+
+def token_table(p, requests):
+    """A token-level table int32 [requests, max_len] (page size 1)."""
+    return torch.arange(requests * p["max_len"], dtype=torch.int32).view(requests, -1) * 3 + 1
+
+
+def ragged_topk(p, **options):
+    r = ragged(p)
+    return dsa.topk(r["score"], r["lengths"], 5, row_starts=r["starts"], **options)
+
+
+def sgl_transform_fused(p):
+    r = ragged(p)
+    return sgl_kernel.fast_topk_transform_fused(r["score"], r["lengths"], token_table(p, 4),
+                                                r["offsets"], 5, r["starts"])
+
+
+def sgl_transform_fused_decode(p):
+    r = ragged(p)
+    return sgl_kernel.fast_topk_transform_fused(r["score"], r["lengths"], token_table(p, 6),
+                                                torch.arange(7, dtype=torch.int32), 5)
+
+
+def sgl_transform_ragged_fused(p):
+    r = ragged(p)
+    return sgl_kernel.fast_topk_transform_ragged_fused(r["score"], r["lengths"], r["starts"] * 3,
+                                                       5, r["starts"])
 
 
 def fresh(p):
@@ -143,12 +180,40 @@ CASES = {
         p["q"], p["cache"].view(-1, ref.PAGE, 1, D + 4), p["weights"], p["prefix"] + 2,
         p["table"], deep_gemm.get_paged_mqa_logits_metadata(p["prefix"] + 2, 64, 4),
         p["max_len"], True),
+    # The page size, and the top-k's ragged options.
+    "store_index_keys_page_size": lambda p: dsa.store_index_keys(
+        p["keys"], p["slots"], torch.zeros(4, ref.page_bytes(D, 32), dtype=torch.uint8),
+        page_size=32),
+    "paged_mqa_logits_page_size": lambda p: dsa.paged_mqa_logits(
+        *scoring(p), clean_logits=True, page_size=32),
+    "index_topk_page_size": lambda p: dsa.index_topk(
+        *scoring(p), 8, sorted=True, physical_slots=True, page_size=32),
+    "topk_row_starts_position_offsets": lambda p: ragged_topk(
+        p, sorted=True, position_offsets=ragged(p)["starts"] * 7),
+    "topk_request_offsets_page_1": lambda p: ragged_topk(
+        p, block_table=token_table(p, 4), page_size=1, request_offsets=ragged(p)["offsets"]),
+    "topk_page_32": lambda p: dsa.topk(
+        ragged(p)["score"], ragged(p)["lengths"], 5, sorted=True, block_table=p["table"],
+        page_size=32, rows_per_request=2),
+    # The compat modules' current names.
+    "deep_gemm_fp8_fp4_page_32_bfloat16": lambda p: deep_gemm.fp8_fp4_paged_mqa_logits(
+        (p["q"], None), p["cache"].view(-1, 32, 1, D + 4), p["weights"], p["lens"], p["table"],
+        deep_gemm.get_paged_mqa_logits_metadata(p["lens"], 32, 2), p["max_len"],
+        clean_logits=True, logits_dtype=torch.bfloat16),
+    "sgl_kernel_fast_topk_v2": lambda p: sgl_kernel.fast_topk_v2(
+        ragged(p)["score"], ragged(p)["lengths"], 5, ragged(p)["starts"]),
+    "sgl_kernel_fast_topk_transform_fused": sgl_transform_fused,
+    "sgl_kernel_fast_topk_transform_fused_decode": sgl_transform_fused_decode,
+    "sgl_kernel_fast_topk_transform_ragged_fused": sgl_transform_ragged_fused,
 }
+# The cases of caches of 32-token pages.
+PAGES_OF_32 = {"store_index_keys_page_size", "paged_mqa_logits_page_size", "index_topk_page_size",
+               "topk_page_32", "deep_gemm_fp8_fp4_page_32_bfloat16"}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_compiled_calls_give_the_eager_result(case, backend):
-    p = problem()
+    p = problem(page=32) if case in PAGES_OF_32 else problem()
     expected = CASES[case](fresh(p))
     assert_same(compile_whole(CASES[case], backend)(fresh(p)), expected)
 
@@ -168,6 +233,24 @@ def test_keywords_change_the_compiled_result_as_they_change_the_eager_one():
     assert schedule(p["lens"], num_threads=5).shape == (6, 2)
     indices = compile_whole(lambda p, **kw: dsa.index_topk(*scoring(p), 16, **kw))
     assert not torch.equal(indices(p, sorted=True), indices(p, sorted=True, physical_slots=True))
+    r = ragged(p)
+    selection = compile_whole(lambda r, **kw: dsa.topk(r["score"], r["lengths"], 5, sorted=True,
+                                                       **kw))
+    plain = selection(r)
+    assert not torch.equal(plain, selection(r, row_starts=r["starts"]))
+    assert torch.equal(selection(r, position_offsets=r["starts"]),
+                       torch.where(plain >= 0, plain + r["starts"][:, None], -1))
+    slots = {page: selection(r, block_table=token_table(p, 3), page_size=page,
+                             rows_per_request=2) for page in (1, 32, 64)}
+    assert not torch.equal(slots[1], slots[32]) and not torch.equal(slots[32], slots[64])
+    assert not torch.equal(slots[1], selection(r, block_table=token_table(p, 4), page_size=1,
+                                               request_offsets=r["offsets"]))
+    p32 = problem(page=32)
+    logits = compile_whole(lambda p, **kw: dsa.paged_mqa_logits(*scoring(p), **kw))
+    with pytest.raises(Exception, match="key_cache: pages of .* 64-token pages"):
+        logits(p32)  # a 2-D cache is read as pages of 64 tokens by default
+    assert torch.equal(logits(p32, clean_logits=True, page_size=32),
+                       dsa.paged_mqa_logits(*scoring(p32), clean_logits=True, page_size=32))
 
 
 def test_out_is_written_and_returned(backend):
@@ -265,6 +348,7 @@ def test_operators_pass_opcheck():
     # tensors do not implement.
     q = p["q"].view(torch.uint8)
     logits = dsa.paged_mqa_logits(*scoring(p), clean_logits=True)
+    r = ragged(p)
     workspace = torch.zeros(64, dtype=torch.uint8)
     ops_ = torch.ops.dsa_indexer
     calls = [
@@ -288,6 +372,21 @@ def test_operators_pass_opcheck():
         (ops_.index_topk.default, (q,) + scoring(p)[1:], dict(k=8, sorted=True)),
         (ops_.index_topk.out, (q,) + scoring(p)[1:],
          dict(output=torch.empty(6, 8, dtype=torch.int32), k=8, sorted=True)),
+        (ops_.store_index_keys.default,
+         (p["keys"], p["slots"], torch.zeros(4, ref.page_bytes(D, 32), dtype=torch.uint8)),
+         dict(page_size=32)),
+        (ops_.paged_mqa_logits.default, (q,) + scoring(p)[1:],
+         dict(clean_logits=True, page_size=64)),
+        (ops_.index_topk.default, (q,) + scoring(p)[1:],
+         dict(k=8, physical_slots=True, page_size=64)),
+        (ops_.topk.default, (r["score"], r["lengths"], 4),
+         dict(row_starts=r["starts"], position_offsets=r["starts"])),
+        (ops_.topk.default, (r["score"], r["lengths"], 4),
+         dict(row_starts=r["starts"], block_table=token_table(p, 4), page_size=1,
+              request_offsets=r["offsets"])),
+        (ops_.topk.out, (r["score"], r["lengths"], 4),
+         dict(output=torch.empty(6, 4, dtype=torch.int32), block_table=p["table"], page_size=32,
+              rows_per_request=2)),
     ]
     utils = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
     for op, args, kwargs in calls:

@@ -1,36 +1,92 @@
-"""DeepGEMM-compatible entry points: the same names, arguments, shapes and results as
-deep_gemm.get_paged_mqa_logits_metadata and deep_gemm.fp8_paged_mqa_logits, for every
-next_n (DeepGEMM's Hopper kernel serves next_n <= 2 only).
+"""DeepGEMM-compatible entry points: the names, arguments, defaults, shapes and results of
+DeepGEMM's paged indexer functions, for every next_n (DeepGEMM's Hopper kernel serves
+next_n <= 2 only) and for caches of 64- or 32-token pages.
 
-    schedule = get_paged_mqa_logits_metadata(context_lens, block_kv=64, num_sms=132)
-    logits = fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table,
-                                  schedule, max_context_len, clean_logits=True)
+    num_sms = get_num_sms()
+    schedule = get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms)
+    logits = fp8_fp4_paged_mqa_logits((q, None), kv_cache, weights, context_lens,
+                                      block_table, schedule, max_context_len,
+                                      clean_logits=True, logits_dtype=torch.bfloat16)
 
-  q               float8_e4m3fn [B, next_n, H, D] (or uint8 holding its bytes)
-  kv_cache        uint8 [num_pages, 64, 1, D + 4] (fp8 keys then fp32 scales per page)
+fp8_paged_mqa_logits is the legacy name: the same function, with q itself instead of the
+pair (q, None).
+
+  q               float8_e4m3fn [B, next_n, H, D] (or uint8 holding its bytes); the current
+                  name takes the pair (q, None): FP4 queries (q_fp4, q_sf) are not
+                  supported yet (NotImplementedError)
+  kv_cache        uint8 [num_blocks, block_kv, 1, D + 4], block_kv 64 or 32 (per block:
+                  fp8 keys, then fp32 scales); the page size is read from this view
   weights         float32 [B * next_n, H]
   context_lens    int32 [B, next_n] (row j of request b sees positions < L[b, j]), or
                   the legacy int32 [B] (row j sees positions <= len_b - next_n + j)
-  block_table     int32 [B, max_blocks]
-  returns         float32 [B * next_n, max_context_len]
+  block_table     int32 [B, max_blocks] of block_kv-token blocks
+  schedule_meta   get_paged_mqa_logits_metadata's schedule for these lengths, planned for
+                  any num_sms (engines plan for part of the device, e.g. num_sms // 2)
+  logits_dtype    torch.float32 (the default) or torch.bfloat16, or their names
+                  "float32" / "bfloat16" (NumPy arrays have no bfloat16)
+  indices         varlen rows (a request per row) are not supported yet: pass None
+  returns         [B * next_n, max_context_len] logits of logits_dtype
 
-Both functions run on the device of their arrays without host synchronization,
-so they can be captured in CUDA graphs and traced by torch.compile.
+The schedule is in tokens, whatever the page size: get_paged_mqa_logits_metadata checks
+block_kv and keeps nothing. Errors the library finds name the arguments of
+dsa_indexer.paged_mqa_logits (key_cache is kv_cache, schedule is schedule_meta).
+
+The functions run on the device of their arrays without host synchronization, so they
+can be captured in CUDA graphs and traced by torch.compile.
 """
 
-from .. import ops
+from .. import _core, ops
+from .. import _frameworks as fw
+
+try:
+    import torch
+except ImportError:  # NumPy-only installations
+    torch = None
+
+_LOGITS_DTYPES = ("float32", "bfloat16")
+_FLOAT32 = torch.float32 if torch is not None else "float32"
 
 
 def _is_legacy(context_lens):
     return context_lens.ndim == 1
 
 
-def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms):
-    """The schedule int32 [num_sms + 1, 2] for these lengths (1-D or 2-D)."""
-    if block_kv != ops.PAGE_TOKENS:
-        raise ValueError(
-            f"get_paged_mqa_logits_metadata: block_kv: must be {ops.PAGE_TOKENS} (the cache's "
-            f"page size), got {block_kv}")
+def _refuse_indices(op, indices):
+    if indices is not None:
+        raise NotImplementedError(
+            f"{op}: indices: varlen rows (a request index per row) are not supported yet; "
+            f"pass indices=None and context_lens [B, next_n]")
+
+
+def _logits_dtype_name(op, logits_dtype):
+    """The library's name of `logits_dtype` (a torch dtype or its name)."""
+    for name in _LOGITS_DTYPES:
+        if isinstance(logits_dtype, str):
+            if logits_dtype == name:
+                return name
+        elif torch is not None and logits_dtype == getattr(torch, name):
+            return name
+    raise ValueError(f"{op}: logits_dtype: must be torch.float32 or torch.bfloat16 (or the "
+                     f"names 'float32', 'bfloat16'), got {logits_dtype!r}")
+
+
+def get_num_sms():
+    """The multiprocessor count of the current CUDA device (PyTorch's, else CuPy's);
+    without a CUDA device, the CPU backend's worker count (what a schedule is planned for
+    on the host)."""
+    ctx = _core.ExecContext()
+    if _core.cuda_device_count() > 0:
+        return _core.default_num_workers(_core.DeviceType.cuda, fw.current_cuda_device(), ctx)
+    return _core.default_num_workers(_core.DeviceType.cpu, 0, ctx)
+
+
+def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms, indices=None):
+    """The schedule int32 [num_sms + 1, 2] for these lengths (1-D or 2-D), on their device."""
+    op = "get_paged_mqa_logits_metadata"
+    if block_kv not in ops.PAGE_SIZES:
+        raise ValueError(f"{op}: block_kv: must be one of {ops.PAGE_SIZES} (the tokens per "
+                         f"block of kv_cache), got {block_kv!r}")
+    _refuse_indices(op, indices)
     if _is_legacy(context_lens):
         # The native schedule depends only on each request's longest row, which for
         # legacy lengths is len_b itself, so it is planned without knowing next_n.
@@ -38,9 +94,9 @@ def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms):
     return ops.plan_schedule(context_lens, num_sms, "auto")
 
 
-def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta,
-                         max_context_len, clean_logits=False):
-    """Paged MQA logits float32 [B * next_n, max_context_len] (see the module docstring)."""
+def _paged_mqa_logits(op, q, kv_cache, weights, context_lens, block_table, schedule_meta,
+                      max_context_len, clean_logits, logits_dtype):
+    out_dtype = _logits_dtype_name(op, logits_dtype)
     if _is_legacy(context_lens):
         lens = ops.legacy_context_lens(context_lens, q.shape[1])
         path = "native"  # what get_paged_mqa_logits_metadata planned for 1-D lengths
@@ -48,4 +104,30 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
         lens = context_lens
         path = "auto"
     return ops.paged_mqa_logits(q, kv_cache, weights, lens, block_table, max_context_len,
-                                schedule_meta, clean_logits=bool(clean_logits), path=path)
+                                schedule_meta, clean_logits=bool(clean_logits), path=path,
+                                out_dtype=out_dtype)
+
+
+def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta,
+                             max_context_len, clean_logits=False, logits_dtype=_FLOAT32,
+                             indices=None):
+    """Paged MQA logits [B * next_n, max_context_len] of q = (q_fp8, None) (see the module
+    docstring)."""
+    op = "fp8_fp4_paged_mqa_logits"
+    if not isinstance(q, (tuple, list)) or len(q) != 2:
+        raise TypeError(f"{op}: q: expected the pair (q_fp8, None), got {type(q).__name__}")
+    if q[1] is not None:
+        raise NotImplementedError(
+            f"{op}: q: FP4 queries (q_fp4, q_sf) are not supported yet; pass (q_fp8, None) "
+            f"with float8_e4m3fn queries [B, next_n, H, D]")
+    _refuse_indices(op, indices)
+    return _paged_mqa_logits(op, q[0], kv_cache, weights, context_lens, block_table,
+                             schedule_meta, max_context_len, clean_logits, logits_dtype)
+
+
+def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta,
+                         max_context_len, clean_logits=False, logits_dtype=_FLOAT32):
+    """Paged MQA logits [B * next_n, max_context_len] (see the module docstring)."""
+    return _paged_mqa_logits("fp8_paged_mqa_logits", q, kv_cache, weights, context_lens,
+                             block_table, schedule_meta, max_context_len, clean_logits,
+                             logits_dtype)

@@ -1,0 +1,326 @@
+"""dsa_indexer.compat.deep_gemm and dsa_indexer.compat.sgl_kernel on the CPU backend with
+NumPy arrays (and CPU PyTorch tensors where NumPy lacks a type: bfloat16 logits), against
+the NumPy references."""
+
+import numpy as np
+import pytest
+
+import dsa_indexer as dsa
+import reference as ref
+from dsa_indexer.compat import deep_gemm, sgl_kernel
+
+D = 32
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(4321)
+
+
+def assert_logits_close(actual, expected):
+    """Close to the reference where it is finite, -inf where it is (clean_logits)."""
+    ref.assert_logits_close(actual, expected)
+    np.testing.assert_array_equal(np.isneginf(actual), np.isneginf(expected))
+
+
+def kv_cache(p):
+    """DeepGEMM's view [num_blocks, block_kv, 1, D + 4] of the problem's cache."""
+    return p["cache"].reshape(-1, p["page"], 1, D + 4)
+
+
+def deep_gemm_args(p, lens, schedule):
+    return (kv_cache(p), p["weights"], lens, p["table"], schedule, p["max_len"])
+
+
+# ---------------------------------------------------------------------------
+# DeepGEMM
+
+
+def test_get_num_sms():
+    num_sms = deep_gemm.get_num_sms()
+    assert isinstance(num_sms, int) and num_sms >= 1
+    if not dsa.cuda_device_count():
+        assert num_sms == dsa.default_num_workers(np.zeros(1))
+
+
+@pytest.mark.parametrize("page", [32, 64])
+@pytest.mark.parametrize("heads", [32, 64])
+@pytest.mark.parametrize("next_n", range(1, 9))
+def test_fp8_fp4_paged_mqa_logits_matches_reference(rng, page, heads, next_n):
+    p = ref.scoring_problem(rng, head_dim=D, batch=2, next_n=next_n, heads=heads, page=page)
+    schedule = deep_gemm.get_paged_mqa_logits_metadata(p["lens"], page, deep_gemm.get_num_sms())
+    assert schedule.dtype == np.int32 and schedule.shape == (deep_gemm.get_num_sms() + 1, 2)
+    args = deep_gemm_args(p, p["lens"], schedule)
+    logits = deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], None), *args, clean_logits=True)
+    assert logits.dtype == np.float32 and logits.shape == (2 * next_n, p["max_len"])
+    assert_logits_close(logits, ref.problem_logits(p))
+    # The legacy name, the dtype given by name, the native API: bitwise the same.
+    np.testing.assert_array_equal(deep_gemm.fp8_paged_mqa_logits(p["q"], *args, True), logits)
+    np.testing.assert_array_equal(
+        deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], None), *args, True, logits_dtype="float32"),
+        logits)
+    np.testing.assert_array_equal(
+        dsa.paged_mqa_logits(p["q"], p["cache"], p["weights"], p["lens"], p["table"],
+                             p["max_len"], clean_logits=True, page_size=page), logits)
+
+
+@pytest.mark.parametrize("page", [32, 64])
+@pytest.mark.parametrize("next_n", [1, 3, 8])
+def test_deep_gemm_legacy_lengths(rng, page, next_n):
+    p = ref.scoring_problem(rng, head_dim=D, next_n=next_n, page=page)
+    legacy = (p["prefix"] + next_n).astype(np.int32)  # total length including the drafts
+    schedule = deep_gemm.get_paged_mqa_logits_metadata(legacy, page, 4)
+    args = deep_gemm_args(p, legacy, schedule)
+    logits = deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], None), *args, clean_logits=True)
+    assert_logits_close(logits, ref.problem_logits(p))  # legacy lengths are the causal ones
+    np.testing.assert_array_equal(deep_gemm.fp8_paged_mqa_logits(p["q"], *args, True), logits)
+
+
+@pytest.mark.parametrize("page", [32, 64])
+@pytest.mark.parametrize("legacy", [False, True])
+def test_deep_gemm_schedules_for_fewer_workers(rng, page, legacy):
+    """Engines plan for part of the device (num_sms // 2): any worker count gives the same
+    logits."""
+    p = ref.scoring_problem(rng, head_dim=D, batch=5, next_n=2, page=page, max_prefix=1500)
+    lens = (p["prefix"] + 2).astype(np.int32) if legacy else p["lens"]
+    results = []
+    for workers in (1, 2, 3, max(deep_gemm.get_num_sms() // 2, 1), 40):
+        schedule = deep_gemm.get_paged_mqa_logits_metadata(lens, page, workers)
+        assert schedule.shape == (workers + 1, 2)
+        results.append(deep_gemm.fp8_fp4_paged_mqa_logits(
+            (p["q"], None), *deep_gemm_args(p, lens, schedule), clean_logits=True))
+    assert_logits_close(results[0], ref.problem_logits(p))
+    for result in results[1:]:
+        np.testing.assert_array_equal(result, results[0])
+
+
+def test_deep_gemm_refusals_name_the_argument(rng):
+    p = ref.scoring_problem(rng, head_dim=D, next_n=2, page=32)
+    schedule = deep_gemm.get_paged_mqa_logits_metadata(p["lens"], 32, 4)
+    args = deep_gemm_args(p, p["lens"], schedule)
+    q_sf = np.ones(p["q"].shape[:-1], dtype=np.float32)
+    with pytest.raises(NotImplementedError,
+                       match=r"fp8_fp4_paged_mqa_logits: q: FP4 queries .* not supported yet"):
+        deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], q_sf), *args)
+    with pytest.raises(TypeError, match=r"fp8_fp4_paged_mqa_logits: q: expected the pair"):
+        deep_gemm.fp8_fp4_paged_mqa_logits(p["q"], *args)
+    rows = np.arange(len(p["lens"]), dtype=np.int32)
+    with pytest.raises(NotImplementedError,
+                       match="fp8_fp4_paged_mqa_logits: indices: varlen rows .* not supported"):
+        deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], None), *args, indices=rows)
+    with pytest.raises(NotImplementedError,
+                       match="get_paged_mqa_logits_metadata: indices: varlen rows"):
+        deep_gemm.get_paged_mqa_logits_metadata(p["lens"], 32, 4, indices=rows)
+    for block_kv in (16, 128, 0):
+        with pytest.raises(ValueError,
+                           match=r"get_paged_mqa_logits_metadata: block_kv: must be one of "
+                                 rf"\(32, 64\) .* got {block_kv}"):
+            deep_gemm.get_paged_mqa_logits_metadata(p["lens"], block_kv, 4)
+    for dtype in ("float16", np.float32, "bf16"):
+        with pytest.raises(ValueError, match="fp8_fp4_paged_mqa_logits: logits_dtype: must be"):
+            deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], None), *args, logits_dtype=dtype)
+    with pytest.raises(ValueError, match="fp8_paged_mqa_logits: logits_dtype"):
+        deep_gemm.fp8_paged_mqa_logits(p["q"], *args, logits_dtype="float64")
+    with pytest.raises(TypeError, match="numpy has no bfloat16"):
+        deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], None), *args, logits_dtype="bfloat16")
+
+    def call(position, value):
+        changed = list(args)
+        changed[position] = value
+        deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], None), *changed)
+
+    # Mismatched shapes: the library names dsa_indexer.paged_mqa_logits's arguments.
+    with pytest.raises(ValueError, match="paged_mqa_logits: key_cache"):
+        call(0, p["cache"].reshape(-1, 32, 1, D + 4)[:, :, :, :-1])
+    with pytest.raises(ValueError, match="paged_mqa_logits: key_cache"):
+        call(0, p["cache"].reshape(-1, 16, 1, D + 4))  # 16-token blocks
+    with pytest.raises(ValueError, match="paged_mqa_logits: weights"):
+        call(1, p["weights"][1:])
+    with pytest.raises(ValueError, match="paged_mqa_logits: context_lens"):
+        call(2, p["lens"][1:])
+    with pytest.raises(ValueError, match="paged_mqa_logits: block_table"):
+        call(3, p["table"][1:])
+    with pytest.raises(ValueError, match="paged_mqa_logits: schedule"):
+        call(4, deep_gemm.get_paged_mqa_logits_metadata(p["lens"][1:], 32, 4))
+    with pytest.raises(ValueError, match="paged_mqa_logits: block_table"):
+        call(3, p["table"][:, :1])  # fewer blocks than the lengths need
+
+
+# ---------------------------------------------------------------------------
+# sgl-kernel
+
+
+def selection_rows(rng, rows=7, width=3000, k=2048):
+    """(score [rows, width], lengths, row_starts) with ties, NaN, empty rows and rows no
+    longer than k."""
+    score = rng.standard_normal((rows, width)).astype(np.float32)
+    score[1, :1000] = 0.5  # many ties
+    score[2, 7] = np.nan
+    starts = rng.integers(0, width // 4, size=rows).astype(np.int32)
+    lengths = rng.integers(min(k + 1, width // 2), width - width // 4, size=rows).astype(np.int32)
+    lengths[3] = 0
+    lengths[4] = k
+    lengths[5] = k // 2
+    return score, lengths, starts
+
+
+def assert_same_selection(actual, expected):
+    """Same set per row; sgl-kernel's order within a row is unspecified."""
+    np.testing.assert_array_equal(np.sort(actual, axis=1), np.sort(expected, axis=1))
+
+
+@pytest.mark.parametrize("k", [2048, 100, 1])
+@pytest.mark.parametrize("starts", [False, True])
+def test_fast_topk_v2(rng, k, starts):
+    score, lengths, row_starts = selection_rows(rng, k=k)
+    row_starts = row_starts if starts else None
+    result = sgl_kernel.fast_topk_v2(score, lengths, k, row_starts)
+    assert result.dtype == np.int32 and result.shape == (len(lengths), k)
+    expected = ref.topk(score, lengths, k, row_starts)
+    assert_same_selection(result, expected)
+    short = lengths <= k  # 0 .. len - 1 in order, then -1
+    np.testing.assert_array_equal(result[short], expected[short])
+    np.testing.assert_array_equal(sgl_kernel.fast_topk_v2(score, lengths, k, row_starts), result)
+
+
+@pytest.mark.parametrize("k", [2048, 64])
+@pytest.mark.parametrize("starts", [False, True])
+def test_fast_topk_transform_fused_decode(rng, k, starts):
+    """R == B: row r is request r (with row_starts, through cu_seqlens_q)."""
+    score, lengths, row_starts = selection_rows(rng, k=k)
+    rows = len(lengths)
+    row_starts = row_starts if starts else None
+    page_table = rng.integers(0, 10**6, size=(rows, score.shape[1])).astype(np.int32)
+    cu_seqlens_q = np.arange(rows + 1, dtype=np.int32)
+    result = sgl_kernel.fast_topk_transform_fused(score, lengths, page_table, cu_seqlens_q, k,
+                                                  row_starts)
+    positions = ref.topk(score, lengths, k, row_starts)
+    expected = ref.slots(positions, page_table, np.arange(rows), 1)
+    assert_same_selection(result, expected)
+    short = lengths <= k
+    np.testing.assert_array_equal(result[short], expected[short])
+    if not starts:  # the decode kernel does not read cu_seqlens_q
+        np.testing.assert_array_equal(
+            sgl_kernel.fast_topk_transform_fused(score, lengths, page_table,
+                                                 np.zeros(rows + 1, dtype=np.int32), k), result)
+
+
+@pytest.mark.parametrize("cu_seqlens_q", [[0, 3, 3, 4, 7], [0, 2, 4, 6, 7], [0, 7]])
+@pytest.mark.parametrize("starts", [False, True])
+def test_fast_topk_transform_fused_requests(rng, cu_seqlens_q, starts):
+    """Extend / target verify: the rows of request q are cu_seqlens_q[q] .. [q + 1] - 1."""
+    k = 256
+    score, lengths, row_starts = selection_rows(rng, k=k)
+    row_starts = row_starts if starts else None
+    offsets = np.array(cu_seqlens_q, dtype=np.int32)
+    page_table = rng.integers(0, 10**6, size=(len(offsets) - 1, score.shape[1])).astype(np.int32)
+    result = sgl_kernel.fast_topk_transform_fused(score, lengths, page_table, offsets, k,
+                                                  row_starts)
+    positions = ref.topk(score, lengths, k, row_starts)
+    requests = ref.request_of_rows(len(lengths), request_offsets=offsets)
+    assert_same_selection(result, ref.slots(positions, page_table, requests, 1))
+
+
+@pytest.mark.parametrize("starts", [False, True])
+def test_fast_topk_transform_ragged_fused(rng, starts):
+    k = 2048
+    score, lengths, row_starts = selection_rows(rng, k=k)
+    row_starts = row_starts if starts else None
+    offsets = np.cumsum(rng.integers(0, 5000, size=len(lengths))).astype(np.int32)
+    result = sgl_kernel.fast_topk_transform_ragged_fused(score, lengths, offsets, k, row_starts)
+    positions = ref.topk(score, lengths, k, row_starts)
+    expected = np.where(positions >= 0, positions + offsets[:, None], -1)
+    assert_same_selection(result, expected)
+    short = lengths <= k
+    np.testing.assert_array_equal(result[short], expected[short])
+
+
+def test_sgl_kernel_refusals_name_the_argument(rng):
+    score, lengths, starts = selection_rows(rng, rows=6, width=300, k=16)
+    table = np.zeros((6, 300), dtype=np.int32)
+    cu = np.arange(7, dtype=np.int32)
+    with pytest.raises(ValueError, match=r"fast_topk_v2: score: expected \[B, N\]"):
+        sgl_kernel.fast_topk_v2(score[0], lengths, 16)
+    with pytest.raises(ValueError, match="fast_topk_v2: lengths: has 5 entries but score has 6"):
+        sgl_kernel.fast_topk_v2(score, lengths[1:], 16)
+    with pytest.raises(ValueError, match=r"fast_topk_v2: row_starts: expected \[B\]"):
+        sgl_kernel.fast_topk_v2(score, lengths, 16, starts[:, None])
+    with pytest.raises(TypeError, match="fast_topk_v2: lengths: expected an array"):
+        sgl_kernel.fast_topk_v2(score, list(lengths), 16)
+    for topk in (0, 2049):
+        with pytest.raises(ValueError, match=f"fast_topk_v2: topk: must be in 1 .. 2048, got "
+                                             f"{topk}"):
+            sgl_kernel.fast_topk_v2(score, lengths, topk)
+    with pytest.raises(ValueError, match="fast_topk_transform_fused: cu_seqlens_q: has 6 entries "
+                                         "but page_table_size_1 has 6 rows"):
+        sgl_kernel.fast_topk_transform_fused(score, lengths, table, cu[:-1], 16)
+    with pytest.raises(ValueError, match=r"fast_topk_transform_fused: page_table_size_1: "
+                                         r"expected \[R, max_len\]"):
+        sgl_kernel.fast_topk_transform_fused(score, lengths, table[0], cu, 16)
+    with pytest.raises(ValueError, match="fast_topk_transform_fused: row_starts: has 2 entries"):
+        sgl_kernel.fast_topk_transform_fused(score, lengths, table, cu, 16, starts[:2])
+    with pytest.raises(ValueError, match="fast_topk_transform_ragged_fused: topk_indices_offset: "
+                                         "has 3 entries but score has 6 rows"):
+        sgl_kernel.fast_topk_transform_ragged_fused(score, lengths, cu[:3], 16)
+    # Rules on the data, found by the library, name dsa_indexer.topk's arguments.
+    with pytest.raises(ValueError, match="topk: lengths"):
+        sgl_kernel.fast_topk_v2(score, lengths + 300, 16)
+    with pytest.raises(ValueError, match="topk: row_starts"):
+        sgl_kernel.fast_topk_v2(score, lengths, 16, starts + 300)
+    with pytest.raises(ValueError, match="topk: request_offsets"):  # cu_seqlens_q
+        sgl_kernel.fast_topk_transform_fused(score, lengths, table[:2], np.array(
+            [0, 1, 3], dtype=np.int32), 16)  # covers 3 of the 6 rows
+    with pytest.raises(ValueError, match="topk: block_table"):  # page_table_size_1
+        sgl_kernel.fast_topk_transform_fused(score, lengths, table[:, :10], cu, 16)
+    with pytest.raises(ValueError, match="topk: position_offsets"):  # topk_indices_offset
+        sgl_kernel.fast_topk_transform_ragged_fused(score, lengths, cu[:6].astype(np.int64), 16)
+
+
+# ---------------------------------------------------------------------------
+# PyTorch tensors on the CPU: bfloat16 logits, DeepGEMM's torch dtypes
+
+
+@pytest.mark.parametrize("page", [32, 64])
+@pytest.mark.parametrize("heads", [32, 64])
+@pytest.mark.parametrize("next_n", [1, 4])
+def test_deep_gemm_logits_dtypes_with_torch(rng, page, heads, next_n):
+    torch = pytest.importorskip("torch")
+    p = ref.scoring_problem(rng, head_dim=D, next_n=next_n, heads=heads, page=page)
+    q = torch.from_numpy(p["q"]).view(torch.float8_e4m3fn)
+    lens = torch.from_numpy(p["lens"])
+    half = max(deep_gemm.get_num_sms() // 2, 1)  # as engines plan
+    schedule = deep_gemm.get_paged_mqa_logits_metadata(lens, page, half)
+    args = tuple(torch.from_numpy(a) if isinstance(a, np.ndarray) else a
+                 for a in deep_gemm_args(p, p["lens"], schedule.numpy()))
+    fp32 = deep_gemm.fp8_fp4_paged_mqa_logits((q, None), *args, clean_logits=True)
+    assert fp32.dtype == torch.float32
+    assert_logits_close(fp32.numpy(), ref.problem_logits(p))
+    expected = torch.from_numpy(ref.problem_logits(p)).to(torch.bfloat16)
+    for dtype in (torch.bfloat16, "bfloat16"):
+        for function, query in ((deep_gemm.fp8_fp4_paged_mqa_logits, (q, None)),
+                                (deep_gemm.fp8_paged_mqa_logits, q)):
+            bf16 = function(query, *args, clean_logits=True, logits_dtype=dtype)
+            assert bf16.dtype == torch.bfloat16 and bf16.shape == fp32.shape
+            # One rounding of the float32 result, or of the exact one: within a bf16 step.
+            torch.testing.assert_close(bf16.float(), expected.float(), rtol=2**-7, atol=1e-3)
+            assert torch.equal(torch.isneginf(bf16), torch.isneginf(fp32))
+
+
+def test_sgl_kernel_with_torch(rng):
+    torch = pytest.importorskip("torch")
+    score, lengths, starts = selection_rows(rng, k=2048)
+    table = rng.integers(0, 10**6, size=(3, score.shape[1])).astype(np.int32)
+    cu = np.array([0, 2, 2, 7], dtype=np.int32)
+    t = torch.from_numpy
+    for numpy_call, torch_call in (
+            (lambda: sgl_kernel.fast_topk_v2(score, lengths, 2048, starts),
+             lambda: sgl_kernel.fast_topk_v2(t(score), t(lengths), 2048, t(starts))),
+            (lambda: sgl_kernel.fast_topk_transform_fused(score, lengths, table, cu, 2048, starts),
+             lambda: sgl_kernel.fast_topk_transform_fused(t(score), t(lengths), t(table), t(cu),
+                                                          2048, t(starts))),
+            (lambda: sgl_kernel.fast_topk_transform_ragged_fused(score, lengths, starts, 2048),
+             lambda: sgl_kernel.fast_topk_transform_ragged_fused(t(score), t(lengths), t(starts),
+                                                                 2048))):
+        result = torch_call()
+        assert isinstance(result, torch.Tensor) and result.dtype == torch.int32
+        np.testing.assert_array_equal(result.numpy(), numpy_call())
