@@ -13,7 +13,7 @@ namespace dsa {
 
 struct MqaLogitsOptions {
   // Fill the columns a row does not score with -inf (see mqa_logits);
-  // otherwise they hold unspecified values (the library leaves them as they are).
+  // otherwise they hold unspecified values. (DeepGEMM's default is true.)
   bool clean_logits = false;
   // Compressed output: column c of row i holds key ks[i] + c; only the first
   // max_seqlen_k columns are defined. Otherwise column j holds key j.

@@ -104,6 +104,35 @@ TEST_P(PrefillPropertyTest, CompressedIsTheFullFormShifted) {
   }
 }
 
+// The prefill pipeline: full logits, then the ragged top-k (row_starts = ks,
+// lengths = ke - ks, position_offsets = ks) selects key indices within each
+// row's range, as the reference selection of the same values does.
+TEST_P(PrefillPropertyTest, RaggedTopkSelectsWithinTheRanges) {
+  const PrefillCase c{"pipeline", MqaSpec{.rows = 24, .num_keys = 400, .ranges = RangeShape::context_parallel,
+                                          .seed = 23}};
+  PrefillCall call{make_mqa_workload(c.spec)};
+  const dsa::ExecContext ctx = cpu_context(GetParam());
+  DSA_ASSERT_OK(run_case(call, c, ctx));
+  const MqaWorkload& w = call.w;
+  std::vector<std::int32_t> lengths(static_cast<std::size_t>(w.rows)), starts = w.ks;
+  for (std::size_t i = 0; i < lengths.size(); ++i) lengths[i] = w.ke[i] - w.ks[i];
+  constexpr int k = 32;
+  std::vector<std::int32_t> indices(static_cast<std::size_t>(w.rows * k), -7);
+  dsa::TopkOptions options;
+  options.sorted = true;
+  options.row_starts = view_of(starts, {w.rows});
+  options.position_offsets = view_of(starts, {w.rows});
+  DSA_ASSERT_OK(dsa::topk(call.logits.view, view_of(lengths, {w.rows}), k, view_of(indices, {w.rows, k}), options, ctx));
+  const auto* values = reinterpret_cast<const float*>(call.logits.bytes.data());
+  for (std::int64_t r = 0; r < w.rows; ++r) {
+    std::vector<std::int32_t> want =
+        reference_topk(values + r * call.logits.view.stride(0) + w.ks[r], lengths[static_cast<std::size_t>(r)], k);
+    for (std::int32_t& i : want) i = i < 0 ? i : i + w.ks[r];
+    const std::vector<std::int32_t> got(indices.begin() + r * k, indices.begin() + (r + 1) * k);
+    EXPECT_EQ(got, want) << "row " << r;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, PrefillPropertyTest, ::testing::ValuesIn(cpu_backends()), backend_label);
 
 // ---- Validation -------------------------------------------------------------
