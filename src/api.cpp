@@ -310,6 +310,24 @@ std::size_t paged_mqa_logits_workspace_bytes(const ExecContext& ctx) {
   return is_cpu_backend(ctx.backend) ? 0 : cuda::workspace_bytes_basic();
 }
 
+Status mqa_logits(const TensorView& q, const TensorView& keys, const TensorView& key_scales,
+                  const TensorView& weights, const TensorView& ks, const TensorView& ke,
+                  const TensorView& logits, const MqaLogitsOptions& options, const ExecContext& ctx) {
+  const char* op = "mqa_logits";
+  detail::MqaLogitsProblem p;
+  DSA_RETURN_IF_ERROR(detail::validate_mqa_logits(q, keys, key_scales, weights, ks, ke, logits, options, &p));
+  Engine engine;
+  DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, &engine));
+  if (!is_cuda_engine(engine)) {
+    return run_cpu(op, [&] { return cpu::mqa_logits(p, engine == Engine::cpu_parallel, ctx); });
+  }
+  return run_cuda(op, p.device, ctx, cuda::workspace_bytes_basic(), [&] { return cuda::mqa_logits(p, ctx); });
+}
+
+std::size_t mqa_logits_workspace_bytes(const ExecContext& ctx) {
+  return is_cpu_backend(ctx.backend) ? 0 : cuda::workspace_bytes_basic();
+}
+
 Status topk(const TensorView& logits, const TensorView& lengths, int k, const TensorView& indices,
             const TopkOptions& options, const ExecContext& ctx) {
   const char* op = "topk";

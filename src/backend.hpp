@@ -22,6 +22,7 @@ Status quantize_queries(const QuantizeQueriesProblem& p, bool parallel, const Ex
 Status context_lens(const LengthsProblem& p, const ExecContext& ctx);
 Status plan_schedule(const ScheduleProblem& p, const ExecContext& ctx);
 Status paged_mqa_logits(const LogitsProblem& p, bool parallel, const ExecContext& ctx);
+Status mqa_logits(const MqaLogitsProblem& p, bool parallel, const ExecContext& ctx);
 Status topk(const TopkProblem& p, bool parallel, const ExecContext& ctx);
 Status index_topk(const IndexTopkProblem& p, bool parallel, const ExecContext& ctx);
 }  // namespace cpu
@@ -75,6 +76,8 @@ Status context_lens(const LengthsProblem& p, const ExecContext& ctx);
 Status plan_schedule(const ScheduleProblem& p, const ExecContext& ctx);
 // hopper: use the sm_90a kernels (the caller checked hopper_supports()).
 Status paged_mqa_logits(const LogitsProblem& p, bool hopper, const ExecContext& ctx);
+// The generic kernel (no Hopper variant yet).
+Status mqa_logits(const MqaLogitsProblem& p, const ExecContext& ctx);
 Status topk(const TopkProblem& p, const ExecContext& ctx);
 Status index_topk(const IndexTopkProblem& p, bool hopper, const ExecContext& ctx);
 

@@ -286,6 +286,39 @@ Status parse_cache(const char* op, const char* arg, const TensorView& cache, int
   return Status::success();
 }
 
+// An fp8 tensor [..., H, D] (queries, or keys [S_kv, D]) that has passed
+// check_tensor: for queries (rank >= 3) at least one head; a supported head
+// dim; inner dimension contiguous; the other strides multiples of 16 bytes
+// (those of extent 1 are never used); 16-byte aligned.
+Status expect_fp8_rows(const char* op, const char* arg, const TensorView& view) {
+  const int inner = view.ndim - 1;
+  if (inner >= 2 && view.size(inner - 1) < 1) {
+    return fail(ErrorCode::bad_shape, op, arg,
+                "dimension " + str(inner - 1) + " (heads) must be >= 1, got " + view.describe());
+  }
+  DSA_RETURN_IF_ERROR(expect_head_dim(op, arg, view.size(inner)));
+  DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, arg, view));
+  for (int d = 0; d < inner; ++d) {
+    if (view.size(d) > 1 && view.stride(d) % kQueryRowAlignment != 0) {
+      return fail(ErrorCode::bad_alignment, op, arg,
+                  (inner == 1 ? std::string("row stride must be a multiple")
+                              : "strides of dimensions 0.." + str(inner - 1) + " must be multiples") +
+                      " of 16 bytes, got " + view.describe());
+    }
+  }
+  if (!aligned(view.data, kQueryRowAlignment)) {
+    return fail(ErrorCode::bad_alignment, op, arg, "data pointer is not 16-byte aligned");
+  }
+  return Status::success();
+}
+
+// The stride of dimension `dim` as the backends step it: a dimension of
+// extent 1 is never stepped over, so its stride is free (PyTorch's DLPack
+// export sets it to 1); the backends get the packed value instead.
+std::int64_t used_stride(const TensorView& view, int dim, std::int64_t packed) {
+  return view.size(dim) > 1 ? view.stride(dim) : packed;
+}
+
 LengthsRef lengths_ref(const TensorView& lens) {
   return LengthsRef{lens.ptr<const std::int32_t>(), lens.stride(0), lens.stride(1)};
 }
@@ -465,18 +498,7 @@ Status validate_scoring_inputs(const char* op, const ScoringInputs& in, LogitsPr
   const TensorView& q = in.q;
   DSA_RETURN_IF_ERROR(check_tensor(op, "q", q, 4, {DType::float8_e4m3}));
   DSA_RETURN_IF_ERROR(expect_next_n(op, "q", q));
-  if (q.size(2) < 1) return fail(ErrorCode::bad_shape, op, "q", "dimension 2 (heads) must be >= 1, got " + q.describe());
-  DSA_RETURN_IF_ERROR(expect_head_dim(op, "q", q.size(3)));
-  DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "q", q));
-  for (int d = 0; d < 3; ++d) {
-    if (q.size(d) > 1 && q.stride(d) % kQueryRowAlignment != 0) {
-      return fail(ErrorCode::bad_alignment, op, "q",
-                  "strides of dimensions 0..2 must be multiples of 16 bytes, got " + q.describe());
-    }
-  }
-  if (!aligned(q.data, kQueryRowAlignment)) {
-    return fail(ErrorCode::bad_alignment, op, "q", "data pointer is not 16-byte aligned");
-  }
+  DSA_RETURN_IF_ERROR(expect_fp8_rows(op, "q", q));
   const std::int64_t batch = q.size(0), next_n = q.size(1), heads = q.size(2);
   const std::int64_t rows = batch * next_n;
   const int head_dim = static_cast<int>(q.size(3));
@@ -524,11 +546,9 @@ Status validate_scoring_inputs(const char* op, const ScoringInputs& in, LogitsPr
   p.heads = heads;
   p.head_dim = head_dim;
   p.q = static_cast<const std::uint8_t*>(q.data);
-  // A dimension of extent 1 is never stepped over, so its stride is free (PyTorch's
-  // DLPack export sets it to 1); the backends get the packed value.
-  p.q_stride_h = heads > 1 ? q.stride(2) : head_dim;
-  p.q_stride_n = next_n > 1 ? q.stride(1) : p.q_stride_h * heads;
-  p.q_stride_b = batch > 1 ? q.stride(0) : p.q_stride_n * next_n;
+  p.q_stride_h = used_stride(q, 2, head_dim);
+  p.q_stride_n = used_stride(q, 1, p.q_stride_h * heads);
+  p.q_stride_b = used_stride(q, 0, p.q_stride_n * next_n);
   p.weights = in.weights.ptr<const float>();
   p.weights_stride_row = in.weights.stride(0);
   p.lens = lengths_ref(in.context_lens);
@@ -588,6 +608,81 @@ Status validate_index_topk_outputs(const TensorView& topk_lens, const TensorView
   problem->indices_stride = indices.stride(0);
   problem->sorted = options.sorted;
   problem->physical_slots = options.physical_slots;
+  return Status::success();
+}
+
+Status validate_mqa_logits(const TensorView& q, const TensorView& keys, const TensorView& key_scales,
+                           const TensorView& weights, const TensorView& ks, const TensorView& ke,
+                           const TensorView& logits, const MqaLogitsOptions& options,
+                           MqaLogitsProblem* problem) {
+  const char* op = "mqa_logits";
+  DSA_RETURN_IF_ERROR(check_tensor(op, "q", q, 3, {DType::float8_e4m3}));
+  DSA_RETURN_IF_ERROR(expect_fp8_rows(op, "q", q));
+  const std::int64_t rows = q.size(0), heads = q.size(1);
+  const int head_dim = static_cast<int>(q.size(2));
+  if (rows > kInt32Max) return fail(ErrorCode::bad_shape, op, "q", "S (dimension 0) exceeds the int32 range");
+  DSA_RETURN_IF_ERROR(check_tensor(op, "keys", keys, 2, {DType::float8_e4m3}));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "keys", keys, 1, head_dim, "the head dim of q"));
+  DSA_RETURN_IF_ERROR(expect_fp8_rows(op, "keys", keys));
+  const std::int64_t num_keys = keys.size(0);
+  if (num_keys > kInt32Max) return fail(ErrorCode::bad_shape, op, "keys", "S_kv (dimension 0) exceeds the int32 range");
+  DSA_RETURN_IF_ERROR(check_tensor(op, "key_scales", key_scales, 1, {DType::float32}));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "key_scales", key_scales, 0, num_keys, "S_kv of keys"));
+  DSA_RETURN_IF_ERROR(check_tensor(op, "weights", weights, 2, {DType::float32}));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "weights", weights, 0, rows, "S of q"));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "weights", weights, 1, heads, "the head count of q"));
+  DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "weights", weights));
+  DSA_RETURN_IF_ERROR(check_tensor(op, "ks", ks, 1, {DType::int32}));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "ks", ks, 0, rows, "S of q"));
+  DSA_RETURN_IF_ERROR(check_tensor(op, "ke", ke, 1, {DType::int32}));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "ke", ke, 0, rows, "S of q"));
+  if (options.compressed && (options.max_seqlen_k < 0 || options.max_seqlen_k > kInt32Max)) {
+    return fail(ErrorCode::invalid_argument, op, "options.max_seqlen_k",
+                "must be in [0, 2^31 - 1] with compressed output, got " + str(options.max_seqlen_k));
+  }
+  if (!options.compressed && options.max_seqlen_k != 0) {
+    return fail(ErrorCode::invalid_argument, op, "options.max_seqlen_k",
+                "is the compressed output's column count and must be 0 without options.compressed, got " +
+                    str(options.max_seqlen_k));
+  }
+  const std::int64_t width = options.compressed ? options.max_seqlen_k : num_keys;
+  const std::string width_name = options.compressed ? "max_seqlen_k" : "S_kv of keys";
+  DSA_RETURN_IF_ERROR(check_tensor(op, "logits", logits, 2, {DType::float32, DType::bfloat16}));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "logits", logits, 0, rows, "S of q"));
+  if (logits.size(1) < width) {
+    return fail(ErrorCode::bad_shape, op, "logits",
+                "has " + str(logits.size(1)) + " columns, fewer than " + width_name + " = " + str(width));
+  }
+  DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "logits", logits));
+  DSA_RETURN_IF_ERROR(expect_rows_apart(op, "logits", logits, width, width_name));
+  DSA_RETURN_IF_ERROR(expect_one_device(op, {{"q", &q},
+                                             {"keys", &keys},
+                                             {"key_scales", &key_scales},
+                                             {"weights", &weights},
+                                             {"ks", &ks},
+                                             {"ke", &ke},
+                                             {"logits", &logits}}));
+  MqaLogitsProblem p{q.device, rows, heads, num_keys, head_dim};
+  p.q = static_cast<const std::uint8_t*>(q.data);
+  p.q_stride_h = used_stride(q, 1, head_dim);
+  p.q_stride_row = used_stride(q, 0, p.q_stride_h * heads);
+  p.keys = static_cast<const std::uint8_t*>(keys.data);
+  p.keys_stride = used_stride(keys, 0, head_dim);
+  p.key_scales = key_scales.ptr<const float>();
+  p.key_scales_stride = key_scales.stride(0);
+  p.weights = weights.ptr<const float>();
+  p.weights_stride_row = weights.stride(0);
+  p.ks = ks.ptr<const std::int32_t>();
+  p.ks_stride = ks.stride(0);
+  p.ke = ke.ptr<const std::int32_t>();
+  p.ke_stride = ke.stride(0);
+  p.compressed = options.compressed;
+  p.max_seqlen_k = options.max_seqlen_k;
+  p.logits = logits.data;
+  p.logits_dtype = logits.dtype;
+  p.logits_stride = logits.stride(0);
+  p.clean_logits = options.clean_logits;
+  *problem = p;
   return Status::success();
 }
 
@@ -832,6 +927,27 @@ Status check_topk_data(const TopkProblem& p) {
                     "block_table[" + str(request) + ", " + str(i) + "] = " + str(table_row[i]) +
                         " is needed but gives no int32 slot at " + str(p.page_size) + " positions per entry");
       }
+    }
+  }
+  return Status::success();
+}
+
+Status check_mqa_logits_data(const MqaLogitsProblem& p) {
+  const char* op = "mqa_logits";
+  for (std::int64_t i = 0; i < p.rows; ++i) {
+    const KeyRange r = mqa_key_range(p, i);
+    const std::string range = "ks[" + str(i) + "] = " + str(r.start) + ", ke[" + str(i) + "] = " + str(r.end);
+    switch (key_range_violation(p, r).kind) {
+      case kKeyRangeStartOutOfRange:
+        return fail(ErrorCode::length_out_of_range, op, "ks", range + " breaks 0 <= ks[i] <= ke[i]");
+      case kKeyRangeEndBeyondKeys:
+        return fail(ErrorCode::length_out_of_range, op, "ke",
+                    range + " breaks ke[i] <= S_kv = " + str(p.num_keys) + " (the keys)");
+      case kKeyRangeBeyondColumns:
+        return fail(ErrorCode::length_out_of_range, op, "ke",
+                    range + " spans " + str(r.end - r.start) + " keys, more than max_seqlen_k = " +
+                        str(p.max_seqlen_k) + " (the compressed logits columns)");
+      default: break;
     }
   }
   return Status::success();

@@ -14,6 +14,7 @@
 #include "dsa/cache.hpp"
 #include "dsa/index_topk.hpp"
 #include "dsa/logits.hpp"
+#include "dsa/prefill.hpp"
 #include "dsa/query.hpp"
 #include "dsa/status.hpp"
 #include "dsa/tensor.hpp"
@@ -63,6 +64,12 @@ Status validate_logits_output(const TensorView& logits, const LogitsOptions& opt
 Status validate_index_topk_outputs(const TensorView& topk_lens, const TensorView& indices,
                                    const IndexTopkOptions& options, IndexTopkProblem* problem);
 
+// Everything of mqa_logits but the ranges' contents (check_mqa_logits_data).
+Status validate_mqa_logits(const TensorView& q, const TensorView& keys, const TensorView& key_scales,
+                           const TensorView& weights, const TensorView& ks, const TensorView& ke,
+                           const TensorView& logits, const MqaLogitsOptions& options,
+                           MqaLogitsProblem* problem);
+
 Status validate_topk(const TensorView& logits, const TensorView& lengths, int k,
                      const TensorView& indices, const TopkOptions& options, TopkProblem* problem);
 
@@ -73,6 +80,8 @@ Status check_length_inputs(const char* op, const LengthsProblem& p);
 // entries against the cache, and the schedule against batch and path.
 Status check_scoring_data(const char* op, const LogitsProblem& p);
 Status check_topk_data(const TopkProblem& p);
+// Every row's key range (key_range_violation in common/logit_rules.hpp).
+Status check_mqa_logits_data(const MqaLogitsProblem& p);
 // check_scoring_data plus topk_lens against the context lengths.
 Status check_index_topk_data(const IndexTopkProblem& p);
 

@@ -8,6 +8,7 @@
 #include "dsa/index_topk.hpp"
 #include "dsa/lengths.hpp"
 #include "dsa/logits.hpp"
+#include "dsa/prefill.hpp"
 #include "dsa/query.hpp"
 #include "dsa/schedule.hpp"
 #include "dsa/status.hpp"

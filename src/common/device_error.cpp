@@ -55,6 +55,17 @@ Status decode_device_error(const DeviceErrorRecord& record, const char* operatio
               op + "request_offsets: row " + arg(0) + " lies in no request's rows [request_offsets[q], " +
                   "request_offsets[q + 1]) of the " + arg(1) + " requests (request_offsets[" + arg(1) +
                   "] = " + arg(2) + "); the entries must be non-decreasing from 0 to the number of rows"};
+    case kKeyRangeStartOutOfRange:
+      return {ErrorCode::length_out_of_range,
+              op + "ks: row " + arg(0) + " has ks = " + arg(1) + " with ke = " + arg(2) +
+                  "; the rule is 0 <= ks <= ke"};
+    case kKeyRangeEndBeyondKeys:
+      return {ErrorCode::length_out_of_range,
+              op + "ke: row " + arg(0) + " has ke = " + arg(1) + ", beyond the " + arg(2) + " keys"};
+    case kKeyRangeBeyondColumns:
+      return {ErrorCode::length_out_of_range,
+              op + "ke: row " + arg(0) + " has a range of " + arg(1) + " keys (ke - ks), beyond max_seqlen_k = " +
+                  arg(2) + " (the compressed logits columns)"};
     default:
       return {ErrorCode::internal,
               op + "unknown device error record code " + std::to_string(record.code)};

@@ -23,6 +23,9 @@ enum DeviceErrorKind : std::int32_t {
   kSelectionDisagreement = 9,   // (row, 0, 0): an internal inconsistency
   kRowStartOutOfRange = 10,     // (row, start, columns - length)
   kRowWithoutRequest = 11,      // (row, requests, request_offsets[requests])
+  kKeyRangeStartOutOfRange = 12,  // (row, ks, ke): ks < 0 or ks > ke
+  kKeyRangeEndBeyondKeys = 13,    // (row, ke, S_kv)
+  kKeyRangeBeyondColumns = 14,    // (row, ke - ks, max_seqlen_k)
 };
 
 struct DeviceErrorRecord {

@@ -51,9 +51,9 @@ DSA_HD std::int32_t topk_row_start(const Topk& t, std::int64_t row) {
   return t.row_starts != nullptr ? t.row_starts[row] : 0;
 }
 
-// A rule a top-k row breaks, with what the error record holds for it:
-// (row, value, bound).
-struct TopkRowViolation {
+// A rule a row breaks (a top-k row, a key range of mqa_logits), with what
+// the error record holds for it: (row, value, bound).
+struct RowViolation {
   std::int32_t kind = kNoDeviceError;
   std::int64_t value = 0;
   std::int64_t bound = 0;
@@ -63,7 +63,7 @@ struct TopkRowViolation {
 // 0 <= start <= cols - length, then, with a block table, its
 // ceil(length / page_size) columns within the table's max_blocks.
 template <typename Topk>
-DSA_HD TopkRowViolation topk_row_violation(const Topk& t, std::int64_t length, std::int64_t start) {
+DSA_HD RowViolation topk_row_violation(const Topk& t, std::int64_t length, std::int64_t start) {
   if (length < 0) return {kNegativeLength, length, 0};
   if (length > t.cols) return {kLengthBeyondLogits, length, t.cols};
   if (start < 0 || start > t.cols - length) return {kRowStartOutOfRange, start, t.cols - length};
@@ -158,6 +158,44 @@ DSA_HD void store_logit_at(void* logits, bool bf16, std::int64_t index, float va
   } else {
     static_cast<float*>(logits)[index] = value;
   }
+}
+
+// ---- mqa_logits (dsa/prefill.hpp) -------------------------------------------
+
+// Row `row`'s key range [ks, ke) as the caller gave it.
+struct KeyRange {
+  std::int64_t start = 0, end = 0;
+};
+
+DSA_HD KeyRange mqa_key_range(const MqaLogitsProblem& p, std::int64_t row) {
+  return {p.ks[row * p.ks_stride], p.ke[row * p.ke_stride]};
+}
+
+// The rule a key range breaks, with the error record's (row, value, bound):
+// 0 <= ks <= ke, then ke <= S_kv, then (compressed) ke - ks <= max_seqlen_k.
+DSA_HD RowViolation key_range_violation(const MqaLogitsProblem& p, const KeyRange& r) {
+  if (r.start < 0 || r.start > r.end) return {kKeyRangeStartOutOfRange, r.start, r.end};
+  if (r.end > p.num_keys) return {kKeyRangeEndBeyondKeys, r.end, p.num_keys};
+  if (p.compressed && r.end - r.start > p.max_seqlen_k) {
+    return {kKeyRangeBeyondColumns, r.end - r.start, p.max_seqlen_k};
+  }
+  return {};
+}
+
+// The key column c of a row with range r holds: c itself, or r.start + c
+// when compressed.
+DSA_HD std::int64_t mqa_column_key(const MqaLogitsProblem& p, const KeyRange& r, std::int64_t column) {
+  return p.compressed ? r.start + column : column;
+}
+
+// The columns [first, end) of a valid row that hold scored keys.
+DSA_HD KeyRange mqa_scored_columns(const MqaLogitsProblem& p, const KeyRange& r) {
+  return p.compressed ? KeyRange{0, r.end - r.start} : r;
+}
+
+// Stores the logit of (row, column) of p's output.
+DSA_HD void store_mqa_logit(const MqaLogitsProblem& p, std::int64_t row, std::int64_t column, float value) {
+  store_logit_at(p.logits, p.logits_dtype == DType::bfloat16, row * p.logits_stride + column, value);
 }
 
 // Stores the logit of (row, position) of p's output.

@@ -109,6 +109,36 @@ struct LogitsProblem {
   int rows_per_unit() const { return path == LogitsPath::per_token ? 1 : static_cast<int>(next_n); }
 };
 
+// mqa_logits (dsa/prefill.hpp): rows of a contiguous key run, row i over
+// keys [ks[i], ke[i]).
+struct MqaLogitsProblem {
+  Device device;
+  std::int64_t rows = 0, heads = 0, num_keys = 0;  // S, H, S_kv
+  int head_dim = 0;
+  const std::uint8_t* q = nullptr;  // fp8 [S, H, D]
+  std::int64_t q_stride_row = 0, q_stride_h = 0;
+  const std::uint8_t* keys = nullptr;  // fp8 [S_kv, D]
+  std::int64_t keys_stride = 0;
+  const float* key_scales = nullptr;  // [S_kv]
+  std::int64_t key_scales_stride = 0;
+  const float* weights = nullptr;  // [S, H]
+  std::int64_t weights_stride_row = 0;
+  const std::int32_t* ks = nullptr;  // [S]
+  std::int64_t ks_stride = 0;
+  const std::int32_t* ke = nullptr;  // [S]
+  std::int64_t ke_stride = 0;
+  bool compressed = false;
+  std::int64_t max_seqlen_k = 0;  // 0 unless compressed
+  void* logits = nullptr;  // [S, >= width()]
+  DType logits_dtype = DType::float32;  // float32 or bfloat16
+  std::int64_t logits_stride = 0;
+  bool clean_logits = false;
+
+  // The defined columns of every row: S_kv, or max_seqlen_k when compressed
+  // (constexpr: the CUDA kernels call it too).
+  constexpr std::int64_t width() const { return compressed ? max_seqlen_k : num_keys; }
+};
+
 struct TopkProblem {
   Device device;
   std::int64_t rows = 0, cols = 0;

@@ -21,11 +21,56 @@ struct KeyBlock {
   std::array<float, kBlockKeys> scales{};
 };
 
+// Every e4m3 code's value, as float32 and as bf16 bits (exact: e4m3 fits bf16).
+struct E4m3Tables {
+  E4m3Tables();
+  std::array<float, 256> values{};
+  std::array<std::uint16_t, 256> bf16{};
+};
+
+// Writes `heads` fp8 vectors of head_dim values, `stride` bytes apart from
+// `fp8`, dequantized to out[heads][head_dim].
+void decode_fp8_heads(const E4m3Tables& tables, const std::uint8_t* fp8, std::int64_t stride, std::int64_t heads,
+                      int head_dim, float* out);
+
+// The same values as bf16 pairs (score_block.hpp), out[i] from values[2i], values[2i + 1].
+void to_bf16_pairs(const std::vector<float>& values, std::vector<std::uint32_t>* out);
+
+// Fills block->pairs from kBlockKeys fp8 keys of head_dim bytes (nullptr: a
+// padding lane, zero); the scales are the caller's.
+void pack_key_block(const E4m3Tables& tables, int head_dim, const std::uint8_t* const* keys, KeyBlock* block);
+
+// logit = sum_h weights[h] * max(0, scale * sum_d query[h][d] * key[d]),
+// accumulated in Acc (float, or double for the float64 reference) in a fixed
+// order: d ascending inside a head, heads ascending.
+template <typename Acc>
+Acc score_key(std::int64_t heads, int head_dim, const float* query, const float* weights, const float* key,
+              float scale) {
+  Acc logit = 0;
+  for (std::int64_t h = 0; h < heads; ++h) {
+    const float* q = query + h * head_dim;
+    Acc dot = 0;
+    for (int d = 0; d < head_dim; ++d) dot += static_cast<Acc>(q[d]) * static_cast<Acc>(key[d]);
+    const Acc scaled = static_cast<Acc>(scale) * dot;
+    logit += static_cast<Acc>(weights[h]) * (scaled > 0 ? scaled : Acc{0});
+  }
+  return logit;
+}
+
+// One row's logits for a block's kBlockKeys keys (query as decode_fp8_heads
+// writes it, and as bf16 pairs): score_key_block's arithmetic.
+inline void score_block(std::int64_t heads, int head_dim, const float* query, const std::uint32_t* query_pairs,
+                        const float* weights, const KeyBlock& block, float* out) {
+  score_key_block(BlockInputs{static_cast<int>(heads), head_dim, query, query_pairs, weights, block.pairs.data(),
+                              block.scales.data()},
+                  out);
+}
+
 // Dequantizes the fp8 queries and paged keys of one scoring problem and
 // evaluates logit = sum_h w[h] * max(0, scale * sum_d q[h, d] * key[d]).
 class Scorer {
  public:
-  explicit Scorer(const LogitsProblem& problem);
+  explicit Scorer(const LogitsProblem& problem) : p_(problem) {}
 
   const LogitsProblem& problem() const { return p_; }
   std::int64_t query_floats() const { return p_.heads * p_.head_dim; }
@@ -35,45 +80,28 @@ class Scorer {
   float decode_key(std::int64_t b, std::int64_t position, float* out) const;
   const float* weights_row(std::int64_t row) const { return p_.weights + row * p_.weights_stride_row; }
 
-  // Accumulates in Acc (float, or double for the float64 reference), in a
-  // fixed order: d ascending inside a head, heads ascending.
+  // score_key over this problem's heads.
   template <typename Acc>
   Acc score(const float* query, const float* weights, const float* key, float scale) const {
-    Acc logit = 0;
-    for (std::int64_t h = 0; h < p_.heads; ++h) {
-      const float* q = query + h * p_.head_dim;
-      Acc dot = 0;
-      for (int d = 0; d < p_.head_dim; ++d) dot += static_cast<Acc>(q[d]) * static_cast<Acc>(key[d]);
-      logit += static_cast<Acc>(weights[h]) * relu(static_cast<Acc>(scale) * dot);
-    }
-    return logit;
+    return score_key<Acc>(p_.heads, p_.head_dim, query, weights, key, scale);
   }
 
   // Decodes positions [first, first + count) of request b, count <= kBlockKeys,
   // into `block` for score_block; the lanes past count get zero keys and scales.
   void decode_key_block(std::int64_t b, std::int64_t first, int count, KeyBlock* block) const;
 
-  // One row's logits for the block's kBlockKeys positions (query as written by
-  // decode_query, and as bf16 pairs): score_key_block's arithmetic.
+  // score_block over this problem's heads.
   void score_block(const float* query, const std::uint32_t* query_pairs, const float* weights,
                    const KeyBlock& block, float* out) const {
-    score_key_block(BlockInputs{static_cast<int>(p_.heads), p_.head_dim, query, query_pairs, weights,
-                                block.pairs.data(), block.scales.data()},
-                    out);
+    cpu::score_block(p_.heads, p_.head_dim, query, query_pairs, weights, block, out);
   }
 
  private:
   // The fp8 bytes of request b's key at `position`; its scale into *scale.
   const std::uint8_t* key_bytes(std::int64_t b, std::int64_t position, float* scale) const;
 
-  template <typename T>
-  static T relu(T x) {
-    return x > 0 ? x : T{0};
-  }
-
   const LogitsProblem& p_;
-  std::array<float, 256> e4m3_values_{};
-  std::array<std::uint16_t, 256> e4m3_bf16_{};  // the same values' bf16 bits
+  E4m3Tables tables_;
 };
 
 // Consecutive rows of one request scored together by the threaded path

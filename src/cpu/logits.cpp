@@ -12,18 +12,41 @@
 
 namespace dsa::detail::cpu {
 
-Scorer::Scorer(const LogitsProblem& problem) : p_(problem) {
+E4m3Tables::E4m3Tables() {
   for (std::size_t v = 0; v < 256; ++v) {
-    e4m3_values_[v] = e4m3_to_float(static_cast<std::uint8_t>(v));
-    e4m3_bf16_[v] = static_cast<std::uint16_t>(float_bits(e4m3_values_[v]) >> 16);  // exact: e4m3 fits bf16
+    values[v] = e4m3_to_float(static_cast<std::uint8_t>(v));
+    bf16[v] = static_cast<std::uint16_t>(float_bits(values[v]) >> 16);  // exact: e4m3 fits bf16
+  }
+}
+
+void decode_fp8_heads(const E4m3Tables& tables, const std::uint8_t* fp8, std::int64_t stride, std::int64_t heads,
+                      int head_dim, float* out) {
+  for (std::int64_t h = 0; h < heads; ++h) {
+    for (int d = 0; d < head_dim; ++d) out[h * head_dim + d] = tables.values[fp8[h * stride + d]];
+  }
+}
+
+void to_bf16_pairs(const std::vector<float>& values, std::vector<std::uint32_t>* out) {
+  out->resize(values.size() / 2);
+  for (std::size_t w = 0; w < out->size(); ++w) (*out)[w] = bf16_pair(values[2 * w], values[2 * w + 1]);
+}
+
+void pack_key_block(const E4m3Tables& tables, int head_dim, const std::uint8_t* const* keys, KeyBlock* block) {
+  const int words = head_dim / 2;
+  block->pairs.resize(static_cast<std::size_t>(words) * kBlockKeys);
+  // Word by word, so that the stores are consecutive.
+  std::uint32_t* pairs = block->pairs.data();
+  for (int w = 0; w < words; ++w) {
+    for (int i = 0; i < kBlockKeys; ++i) {
+      const std::uint8_t* key = keys[i];
+      pairs[w * kBlockKeys + i] =
+          key == nullptr ? 0u : tables.bf16[key[2 * w]] | (std::uint32_t{tables.bf16[key[2 * w + 1]]} << 16);
+    }
   }
 }
 
 void Scorer::decode_query(std::int64_t b, std::int64_t j, float* out) const {
-  for (std::int64_t h = 0; h < p_.heads; ++h) {
-    const std::uint8_t* q = p_.q + b * p_.q_stride_b + j * p_.q_stride_n + h * p_.q_stride_h;
-    for (int d = 0; d < p_.head_dim; ++d) out[h * p_.head_dim + d] = e4m3_values_[q[d]];
-  }
+  decode_fp8_heads(tables_, p_.q + b * p_.q_stride_b + j * p_.q_stride_n, p_.q_stride_h, p_.heads, p_.head_dim, out);
 }
 
 const std::uint8_t* Scorer::key_bytes(std::int64_t b, std::int64_t position, float* scale) const {
@@ -36,28 +59,18 @@ const std::uint8_t* Scorer::key_bytes(std::int64_t b, std::int64_t position, flo
 float Scorer::decode_key(std::int64_t b, std::int64_t position, float* out) const {
   float scale = 0.0f;
   const std::uint8_t* key = key_bytes(b, position, &scale);
-  for (int d = 0; d < p_.head_dim; ++d) out[d] = e4m3_values_[key[d]];
+  decode_fp8_heads(tables_, key, 0, 1, p_.head_dim, out);
   return scale;
 }
 
 void Scorer::decode_key_block(std::int64_t b, std::int64_t first, int count, KeyBlock* block) const {
-  const int words = p_.head_dim / 2;
-  block->pairs.resize(static_cast<std::size_t>(words) * kBlockKeys);
   std::array<const std::uint8_t*, kBlockKeys> keys{};
   for (int i = 0; i < kBlockKeys; ++i) {
     float& scale = block->scales[static_cast<std::size_t>(i)];
     keys[static_cast<std::size_t>(i)] = i < count ? key_bytes(b, first + i, &scale) : nullptr;
     if (i >= count) scale = 0.0f;  // padding lane
   }
-  // Word by word, so that the stores are consecutive.
-  std::uint32_t* pairs = block->pairs.data();
-  for (int w = 0; w < words; ++w) {
-    for (int i = 0; i < kBlockKeys; ++i) {
-      const std::uint8_t* key = keys[static_cast<std::size_t>(i)];
-      pairs[w * kBlockKeys + i] =
-          key == nullptr ? 0u : e4m3_bf16_[key[2 * w]] | (std::uint32_t{e4m3_bf16_[key[2 * w + 1]]} << 16);
-    }
-  }
+  pack_key_block(tables_, p_.head_dim, keys.data(), block);
 }
 
 void RowGroup::load(const Scorer& scorer, std::int64_t request, std::int64_t first_row, std::int64_t rows) {
@@ -66,9 +79,8 @@ void RowGroup::load(const Scorer& scorer, std::int64_t request, std::int64_t fir
   first_j = first_row;
   lengths.resize(static_cast<std::size_t>(rows));
   queries.resize(static_cast<std::size_t>(rows * scorer.query_floats()));
-  query_pairs.resize(queries.size() / 2);
   for (std::int64_t i = 0; i < rows; ++i) scorer.decode_query(b, first_j + i, queries.data() + i * scorer.query_floats());
-  for (std::size_t w = 0; w < query_pairs.size(); ++w) query_pairs[w] = bf16_pair(queries[2 * w], queries[2 * w + 1]);
+  to_bf16_pairs(queries, &query_pairs);
 }
 
 void score_row(const Scorer& scorer, std::int64_t b, std::int64_t j, std::int64_t length, ScoreMode mode,

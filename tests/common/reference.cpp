@@ -174,6 +174,29 @@ std::vector<std::int32_t> legacy_lens(const std::vector<std::int32_t>& lens, int
   return out;
 }
 
+namespace {
+
+// sum_h w[h] * max(0, scale * sum_d q[h][d] * key[d]) in float64, and into
+// *magnitude sum_h |w[h]| * |scale| * sum_d |q[h][d] * key[d]|.
+double score_key(const double* q, const double* key, double scale, const float* weights, int H, int D,
+                 double* magnitude) {
+  double sum = 0.0;
+  *magnitude = 0.0;
+  for (int h = 0; h < H; ++h) {
+    double dot = 0.0, dot_magnitude = 0.0;
+    for (int d = 0; d < D; ++d) {
+      dot += q[h * D + d] * key[d];
+      dot_magnitude += std::fabs(q[h * D + d] * key[d]);
+    }
+    const double w = weights[h];
+    sum += w * std::max(0.0, scale * dot);
+    *magnitude += std::fabs(w) * std::fabs(scale) * dot_magnitude;
+  }
+  return sum;
+}
+
+}  // namespace
+
 ReferenceLogits reference_logits(const LogitsInputs& in, std::int64_t max_context_len) {
   const std::int64_t rows = in.batch * in.next_n;
   const int H = in.heads, D = in.head_dim;
@@ -195,20 +218,29 @@ ReferenceLogits reference_logits(const LogitsInputs& in, std::int64_t max_contex
         const std::int64_t slot = in.geometry.position_slot(in.block_table + b * in.max_blocks, p);
         const double scale = cached_scale(in.cache, in.geometry, slot);
         for (int d = 0; d < D; ++d) key[d] = cached_key(in.cache, in.geometry, slot, d);
-        double sum = 0.0, magnitude = 0.0;
-        for (int h = 0; h < H; ++h) {
-          double dot = 0.0, dot_magnitude = 0.0;
-          for (int d = 0; d < D; ++d) {
-            dot += q[h * D + d] * key[d];
-            dot_magnitude += std::fabs(q[h * D + d] * key[d]);
-          }
-          const double w = in.weights[r * H + h];
-          sum += w * std::max(0.0, scale * dot);
-          magnitude += std::fabs(w) * std::fabs(scale) * dot_magnitude;
-        }
-        out.value[r * max_context_len + p] = sum;
-        out.magnitude[r * max_context_len + p] = magnitude;
+        const std::size_t at = static_cast<std::size_t>(r * max_context_len + p);
+        out.value[at] = score_key(q.data(), key.data(), scale, in.weights + r * H, H, D, &out.magnitude[at]);
       }
+    }
+  }
+  return out;
+}
+
+ReferenceLogits reference_mqa_logits(const MqaInputs& in) {
+  const int H = in.heads, D = in.head_dim;
+  ReferenceLogits out;
+  out.rows = in.rows;
+  out.cols = in.num_keys;
+  out.value.assign(static_cast<std::size_t>(in.rows * in.num_keys), std::numeric_limits<double>::quiet_NaN());
+  out.magnitude.assign(out.value.size(), 0.0);
+  std::vector<double> q(static_cast<std::size_t>(H) * D);
+  std::vector<double> key(static_cast<std::size_t>(D));
+  for (std::int64_t i = 0; i < in.rows; ++i) {
+    for (std::int64_t e = 0; e < std::int64_t{H} * D; ++e) q[e] = e4m3_decode(in.q_fp8[i * H * D + e]);
+    for (std::int64_t j = in.ks[i]; j < in.ke[i]; ++j) {
+      for (int d = 0; d < D; ++d) key[d] = e4m3_decode(in.keys[j * D + d]);
+      const std::size_t at = static_cast<std::size_t>(i * in.num_keys + j);
+      out.value[at] = score_key(q.data(), key.data(), in.key_scales[j], in.weights + i * H, H, D, &out.magnitude[at]);
     }
   }
   return out;

@@ -104,6 +104,24 @@ struct ReferenceLogits {
 };
 ReferenceLogits reference_logits(const LogitsInputs& in, std::int64_t max_context_len);
 
+// ---- Prefill logits (mqa_logits) -----------------------------------------
+
+// Everything the prefill formula reads, as contiguous host arrays.
+struct MqaInputs {
+  std::int64_t rows = 0, num_keys = 0;  // S, S_kv
+  int heads = 64, head_dim = 128;
+  const std::uint8_t* q_fp8 = nullptr;    // [S, H, D]
+  const std::uint8_t* keys = nullptr;     // [S_kv, D]
+  const float* key_scales = nullptr;      // [S_kv]
+  const float* weights = nullptr;         // [S, H]
+  const std::int32_t* ks = nullptr;       // [S]
+  const std::int32_t* ke = nullptr;       // [S]
+};
+
+// In float64, indexed by key: value[i * S_kv + j] for ks[i] <= j < ke[i]
+// (NaN elsewhere), magnitude as for reference_logits.
+ReferenceLogits reference_mqa_logits(const MqaInputs& in);
+
 // ---- Top-k ----------------------------------------------------------------
 
 // The documented total order: NaN counts as -inf, -0.0 equals +0.0, and of

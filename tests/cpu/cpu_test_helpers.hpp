@@ -99,6 +99,17 @@ inline float read_logit(const OwnedView& logits, std::int64_t row, std::int64_t 
 
 enum class Precision { float32, float64, bfloat16 };
 
+// How far a CPU backend's logit may be from the float64 reference `want`
+// whose magnitude (reference.hpp) is `magnitude`.
+inline double rounding_bound(Precision precision, double want, double magnitude) {
+  switch (precision) {
+    case Precision::float32: return 2e-5 * magnitude;
+    case Precision::float64: return 6e-8 * std::fabs(want) + 1e-12 * magnitude;
+    case Precision::bfloat16: return std::ldexp(std::fabs(want), -8) + 2e-5 * magnitude;
+  }
+  return 0.0;
+}
+
 // Checks library logits against the reference: valid positions within the
 // rounding bound of `precision`, -inf past the lengths when `clean`, and
 // columns at or past max_context_len still holding `sentinel`.
@@ -106,14 +117,7 @@ inline ::testing::AssertionResult logits_match(const Workload& w, const Referenc
                                                const OwnedView& logits, Precision precision,
                                                bool clean, float sentinel) {
   const auto read = [&](std::int64_t r, std::int64_t p) { return read_logit(logits, r, p); };
-  const auto bound = [precision](double want, double magnitude) {
-    switch (precision) {
-      case Precision::float32: return 2e-5 * magnitude;
-      case Precision::float64: return 6e-8 * std::fabs(want) + 1e-12 * magnitude;
-      case Precision::bfloat16: return std::ldexp(std::fabs(want), -8) + 2e-5 * magnitude;
-    }
-    return 0.0;
-  };
+  const auto bound = [precision](double want, double magnitude) { return rounding_bound(precision, want, magnitude); };
   const auto untouched = [&](std::int64_t r, std::int64_t p) {
     const float got = read_logit(logits, r, p);
     return std::isnan(sentinel) ? std::isnan(got) : got == sentinel;

@@ -1260,7 +1260,7 @@ __device__ void select_row(const TopkArgs& a, RowOf&& row_of, SharedStorage& sm)
   const int first_column = topk_row_start(a, row);
   std::int32_t* out = a.indices + row * a.indices_stride;
 
-  TopkRowViolation violation = topk_row_violation(a, length, first_column);
+  RowViolation violation = topk_row_violation(a, length, first_column);
   if (a.request_offsets != nullptr) {
     // One thread searches the row's request; the CTA reads its answer.
     if (threadIdx.x == 0) sm.s.request = static_cast<int>(topk_request(a, row));

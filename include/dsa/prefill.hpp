@@ -1,0 +1,70 @@
+// Prefill scoring: MQA logits of query tokens against a contiguous run of
+// keys, each row over its own key range (DeepGEMM's fp8_mqa_logits).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "dsa/context.hpp"
+#include "dsa/status.hpp"
+#include "dsa/tensor.hpp"
+
+namespace dsa {
+
+struct MqaLogitsOptions {
+  // Fill the columns a row does not score with -inf (see mqa_logits);
+  // otherwise they hold unspecified values. (DeepGEMM's default is true.)
+  bool clean_logits = false;
+  // Compressed output: column c of row i holds key ks[i] + c; only the first
+  // max_seqlen_k columns are defined. Otherwise column j holds key j.
+  bool compressed = false;
+  // The compressed output's columns: >= 0, and ke[i] - ks[i] <= max_seqlen_k
+  // for every row. Must be 0 without `compressed`.
+  std::int64_t max_seqlen_k = 0;
+};
+
+// Scores query rows against a contiguous run of S_kv keys, row i over the keys
+// [ks[i], ke[i]).
+//
+//   q           float8_e4m3 [S, H, D]; inner dimension contiguous, strides of
+//               dimensions 0 and 1 multiples of 16 bytes (those of extent 1 are
+//               never used and may be anything), 16-byte aligned; H >= 1,
+//               D a multiple of 16 up to 256
+//   keys        float8_e4m3 [S_kv, D]; inner dimension contiguous, row stride a
+//               multiple of 16 bytes, 16-byte aligned; S_kv < 2^31
+//   key_scales  float32 [S_kv], any stride
+//   weights     float32 [S, H], inner dimension contiguous; the query scale is
+//               already folded in (see dsa/query.hpp)
+//   ks, ke      int32 [S], any stride; 0 <= ks[i] <= ke[i] <= S_kv
+//               (length_out_of_range, naming ks or ke), and with `compressed`
+//               ke[i] - ks[i] <= max_seqlen_k (length_out_of_range, naming ke).
+//               Ranges may be empty and need not be monotone in i
+//               (context-parallel layouts).
+//   logits      float32 or bfloat16 [S, N] output, inner dimension contiguous,
+//               row stride >= W, with W = S_kv (N >= S_kv), or W = max_seqlen_k
+//               with `compressed` (N >= max_seqlen_k)
+//
+// For row i and ks[i] <= j < ke[i]:
+//   logit(i, j) = sum_h weights[i, h] * max(0, key_scales[j] * sum_d q[i, h, d] * keys[j, d])
+// stored at column j, or at column j - ks[i] with `compressed`. With
+// clean_logits every other column c < W of the row holds -inf. Columns
+// c >= W are never written. Results are bitwise identical run to run.
+//
+// Where the rules are checked: shapes, dtypes, devices, strides and options
+// always on the host. The ranges on the host by the CPU backends, before
+// anything is written; on the device by the CUDA backend: a row that breaks
+// a range rule gets NaN over its columns [0, W) (nothing is read or written
+// out of bounds) and the first such row is recorded (see
+// ExecContext::check_device_errors).
+//
+// DeepGEMM's fp8_mqa_logits(q, kv = (keys, key_scales), weights,
+// cu_seq_len_k_start = ks, cu_seq_len_k_end = ke, clean_logits,
+// max_seqlen_k): its max_seqlen_k > 0 is compressed = true with that
+// max_seqlen_k; its output [S, S_kv] or [S, max_seqlen_k] is `logits`.
+Status mqa_logits(const TensorView& q, const TensorView& keys, const TensorView& key_scales,
+                  const TensorView& weights, const TensorView& ks, const TensorView& ke,
+                  const TensorView& logits, const MqaLogitsOptions& options, const ExecContext& ctx);
+// The error record alone on CUDA; 0 on the CPU.
+std::size_t mqa_logits_workspace_bytes(const ExecContext& ctx);
+
+}  // namespace dsa
