@@ -1,6 +1,7 @@
 """dsa_indexer: index selection for DeepSeek Sparse Attention.
 
-The lightning indexer's paged MQA logits, exact top-k and their fused form,
+The lightning indexer's paged MQA logits (and prefill MQA logits over a contiguous
+key run), exact top-k and their fused form,
 plus the cache store, query quantization, context-length builders and the
 work schedule, for NumPy (CPU backend), PyTorch and CuPy arrays on the CPU or
 a CUDA device. See dsa_indexer.ops for the conventions every function shares,
@@ -25,6 +26,7 @@ from .ops import (
     index_topk,
     legacy_context_lens,
     make_context,
+    mqa_logits,
     paged_mqa_logits,
     plan_schedule,
     quantize_queries,
@@ -57,6 +59,7 @@ __all__ = [
     "index_topk",
     "legacy_context_lens",
     "make_context",
+    "mqa_logits",
     "paged_mqa_logits",
     "plan_schedule",
     "quantize_queries",

@@ -168,6 +168,12 @@ def new_logits(q, max_context_len, dtype):
     return fw.empty(q, (_rows(q), max(max_context_len, 0)), dtype)
 
 
+def new_mqa_logits(q, keys, compressed, max_seqlen_k, dtype):
+    """[S, S_kv], or [S, max_seqlen_k] with `compressed`, for q [S, H, D] and keys [S_kv, D]."""
+    columns = max(max_seqlen_k, 0) if compressed else _extent(keys, 0)
+    return fw.empty(q, (_extent(q, 0), columns), dtype)
+
+
 def new_topk_indices(logits, k):
     return fw.empty(logits, (_extent(logits, 0), _index_columns(k)), "int32")
 
@@ -294,6 +300,23 @@ def paged_mqa_logits(q, key_cache, weights, context_lens, block_table, max_conte
     return out
 
 
+def mqa_logits(q, keys, key_scales, weights, ks, ke, *, clean_logits=False, compressed=False,
+               max_seqlen_k=0, out=None, out_dtype="float32", workspace=None, **execution):
+    max_seqlen_k = _int64(max_seqlen_k, "mqa_logits", "max_seqlen_k")
+    _check_arrays("mqa_logits", [("q", q), ("keys", keys), ("key_scales", key_scales),
+                                 ("weights", weights), ("ks", ks), ("ke", ke)],
+                  [("out", out), ("workspace", workspace)])
+    if out is None:
+        out = new_mqa_logits(q, keys, bool(compressed), max_seqlen_k, out_dtype)
+    ctx = make_context(q, **execution)
+    ws = workspace if workspace is not None else fw.workspace(
+        q, _core.mqa_logits_workspace_bytes(ctx))
+    _core.mqa_logits(fw.export(q), fw.export(keys), fw.export(key_scales), fw.export(weights),
+                     fw.export(ks), fw.export(ke), fw.export(out), bool(clean_logits),
+                     bool(compressed), max_seqlen_k, ctx, fw.export(ws))
+    return out
+
+
 def topk(logits, lengths, k, *, sorted=False, row_starts=None, position_offsets=None,
          block_table=None, page_size=64, rows_per_request=1, request_offsets=None, out=None,
          workspace=None, **execution):
@@ -374,4 +397,6 @@ def workspace_bytes(operation, like, *, rows=0, max_length=0, k=MAX_TOPK, sorted
         return _core.store_index_keys_workspace_bytes(ctx)
     if operation == "quantize_queries":
         return _core.quantize_queries_workspace_bytes(ctx)
+    if operation == "mqa_logits":
+        return _core.mqa_logits_workspace_bytes(ctx)
     return _core.paged_mqa_logits_workspace_bytes(ctx)

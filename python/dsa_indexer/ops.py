@@ -146,6 +146,27 @@ def paged_mqa_logits(q, key_cache, weights, context_lens, block_table, max_conte
         out_dtype=out_dtype, workspace=workspace, **execution)
 
 
+def mqa_logits(q, keys, key_scales, weights, ks, ke, *, clean_logits=False, compressed=False,
+               max_seqlen_k=0, out=None, out_dtype="float32", workspace=None, **execution):
+    """Prefill logits of query rows against a contiguous run of keys, row i over the keys
+    [ks[i], ke[i]) (DeepGEMM's fp8_mqa_logits):
+
+        logit(i, j) = sum_h weights[i, h] * max(0, key_scales[j] * q[i, h] . keys[j])
+
+    q fp8 [S, H, D]; keys fp8 [S_kv, D]; key_scales float32 [S_kv]; weights float32 [S, H];
+    ks, ke int32 [S] with 0 <= ks[i] <= ke[i] <= S_kv (ranges may be empty and need not be
+    monotone). Returns [S, S_kv] with key j at column j, or with `compressed` [S,
+    max_seqlen_k] with key ks[i] + c at column c (ke[i] - ks[i] <= max_seqlen_k). With
+    clean_logits the columns a row does not score hold -inf, otherwise unspecified values.
+    `out` may have any row stride >= its width (columns past it are never written);
+    out_dtype "bfloat16" asks for bf16 logits when `out` is None. The full output feeds
+    topk(logits, ke - ks, k, row_starts=ks, position_offsets=ks)."""
+    return _implementation("mqa_logits")(
+        q, keys, key_scales, weights, ks, ke, clean_logits=clean_logits, compressed=compressed,
+        max_seqlen_k=max_seqlen_k, out=out, out_dtype=out_dtype, workspace=workspace,
+        **execution)
+
+
 def topk(logits, lengths, k, *, sorted=False, row_starts=None, position_offsets=None,
          block_table=None, page_size=64, rows_per_request=1, request_offsets=None, out=None,
          workspace=None, **execution):

@@ -34,14 +34,15 @@ except ImportError:  # NumPy-only installations
 _TYPES = {
     **dict.fromkeys(("keys", "slot_mapping", "q", "head_gate", "lens", "context_lens",
                      "key_cache", "weights", "block_table", "schedule", "topk_lens", "logits",
-                     "lengths", "row_starts", "position_offsets", "request_offsets"), "Tensor"),
+                     "lengths", "row_starts", "position_offsets", "request_offsets", "key_scales",
+                     "ks", "ke"), "Tensor"),
     "cache": "Tensor(c!)",
     "workspace": "Tensor(w!)",
     **dict.fromkeys(("next_n", "num_workers", "max_context_len", "k", "rows_per_request",
-                     "page_size", "stream", "num_threads"), "int"),
+                     "page_size", "stream", "num_threads", "max_seqlen_k"), "int"),
     "weight_scale": "float",
     **dict.fromkeys(("power_of_two_scales", "clean_logits", "sorted", "physical_slots",
-                     "reference_float64", "check_device_errors"), "bool"),
+                     "reference_float64", "check_device_errors", "compressed"), "bool"),
     **dict.fromkeys(("convention", "path", "out_dtype", "strategy", "backend"), "str"),
 }
 
@@ -123,6 +124,9 @@ else:
     def _logits_fake(q, max_context_len, out_dtype, **_):
         return _eager.new_logits(q, max_context_len, out_dtype)
 
+    def _mqa_logits_fake(q, keys, compressed, max_seqlen_k, out_dtype, **_):
+        return _eager.new_mqa_logits(q, keys, compressed, max_seqlen_k, out_dtype)
+
     def _topk_fake(logits, k, **_):
         return _eager.new_topk_indices(logits, k)
 
@@ -135,5 +139,6 @@ else:
     context_lens = _define("context_lens", "Tensor", _context_lens_fake, output="Tensor(o!)")
     plan_schedule = _define("plan_schedule", "Tensor", _schedule_fake, output="Tensor(o!)")
     paged_mqa_logits = _define("paged_mqa_logits", "Tensor", _logits_fake, output="Tensor(o!)")
+    mqa_logits = _define("mqa_logits", "Tensor", _mqa_logits_fake, output="Tensor(o!)")
     topk = _define("topk", "Tensor", _topk_fake, output="Tensor(o!)")
     index_topk = _define("index_topk", "Tensor", _index_topk_fake, output="Tensor(o!)")

@@ -244,6 +244,34 @@ void bind_scoring(nb::module_& m) {
   m.def("paged_mqa_logits_workspace_bytes", &paged_mqa_logits_workspace_bytes, "ctx"_a);
 
   m.def(
+      "mqa_logits",
+      [](const InputArray& q, const InputArray& keys, const InputArray& key_scales,
+         const InputArray& weights, const InputArray& ks, const InputArray& ke,
+         const OutputArray& logits, bool clean_logits, bool compressed,
+         std::int64_t max_seqlen_k, const ExecContext& ctx, const OptionalOutput& workspace) {
+        const TensorView q_view = to_view(q, "mqa_logits: q", Uint8Meaning::float8_e4m3);
+        const TensorView keys_view =
+            to_view(keys, "mqa_logits: keys", Uint8Meaning::float8_e4m3);
+        const TensorView scales_view = to_view(key_scales, "mqa_logits: key_scales");
+        const TensorView weights_view = to_view(weights, "mqa_logits: weights");
+        const TensorView ks_view = to_view(ks, "mqa_logits: ks");
+        const TensorView ke_view = to_view(ke, "mqa_logits: ke");
+        const TensorView logits_view = to_view(logits, "mqa_logits: logits");
+        MqaLogitsOptions options;
+        options.clean_logits = clean_logits;
+        options.compressed = compressed;
+        options.max_seqlen_k = max_seqlen_k;
+        const ExecContext call_ctx = with_workspace(ctx, workspace);
+        run_released([&] {
+          return mqa_logits(q_view, keys_view, scales_view, weights_view, ks_view, ke_view,
+                            logits_view, options, call_ctx);
+        });
+      },
+      "q"_a, "keys"_a, "key_scales"_a, "weights"_a, "ks"_a, "ke"_a, "logits"_a,
+      "clean_logits"_a, "compressed"_a, "max_seqlen_k"_a, "ctx"_a, "workspace"_a.none());
+  m.def("mqa_logits_workspace_bytes", &mqa_logits_workspace_bytes, "ctx"_a);
+
+  m.def(
       "topk",
       [](const InputArray& logits, const InputArray& lengths, int k, const OutputArray& indices,
          bool sorted, const OptionalInput& row_starts, const OptionalInput& position_offsets,

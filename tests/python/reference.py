@@ -198,3 +198,23 @@ def schedule(lens_2d, num_workers, path):
         out[w] = items[first] if first < total else (len(chunks), 0)
     out[num_workers] = (len(chunks), CHUNK)
     return out
+
+
+def mqa_logits(q_codes, key_codes, key_scales, weights, ks, ke, max_seqlen_k=0):
+    """float64 prefill logits of q codes [S, H, D] against key codes [S_kv, D], row i over
+    the keys [ks[i], ke[i]): [S, S_kv] with key j at column j, or with max_seqlen_k > 0
+    [S, max_seqlen_k] with key ks[i] + c at column c. Columns a row does not score are
+    -inf."""
+    q = e4m3_decode(q_codes)
+    keys = e4m3_decode(key_codes)
+    scales = np.asarray(key_scales, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    rows, heads, _ = q.shape
+    out = np.full((rows, max_seqlen_k if max_seqlen_k > 0 else keys.shape[0]), -np.inf)
+    for i in range(rows):
+        for j in range(int(ks[i]), int(ke[i])):
+            total = 0.0
+            for h in range(heads):
+                total += w[i, h] * max(0.0, scales[j] * float(np.dot(q[i, h], keys[j])))
+            out[i, j - int(ks[i]) if max_seqlen_k > 0 else j] = total
+    return out

@@ -562,3 +562,110 @@ def test_cupy_arrays(rng):
     lengths = cupy.asarray(np.array([3000, 10, 2999, 2048], dtype=np.int32))
     np.testing.assert_array_equal(dsa.topk(values, lengths, 64, sorted=True).get(),
                                   ref.topk(values.get(), lengths.get(), 64))
+
+
+# ---------------------------------------------------------------------------
+# Prefill: mqa_logits over a contiguous key run
+
+
+def prefill_problem(rng, rows=300, keys=2500, heads=64):
+    """fp8 q [rows, H, D], keys [keys, D] on the device; ranges some empty, not monotone."""
+    ks = rng.integers(0, keys + 1, size=rows)
+    ke = np.minimum(keys, ks + rng.integers(0, 1500, size=rows))
+    ks[0], ke[0] = 0, keys
+    ks[1] = ke[1] = 17
+    return dict(
+        q=cuda(ref.e4m3_encode(rng.standard_normal((rows, heads, D)).astype(np.float32)))
+        .view(FP8),
+        keys=cuda(ref.e4m3_encode(rng.standard_normal((keys, D)).astype(np.float32) * 3))
+        .view(FP8),
+        scales=cuda(rng.uniform(0.01, 2.0, size=keys).astype(np.float32)),
+        weights=cuda(rng.standard_normal((rows, heads)).astype(np.float32)),
+        ks=cuda(ks.astype(np.int32)), ke=cuda(ke.astype(np.int32)),
+        width=int((ke - ks).max()))
+
+
+def prefill_args(p):
+    return p["q"], p["keys"], p["scales"], p["weights"], p["ks"], p["ke"]
+
+
+def torch_mqa_logits(p, compressed=False):
+    """(float64 logits, magnitude): -inf where a row does not score."""
+    q, k = p["q"].double(), p["keys"].double()
+    dots = torch.einsum("shd,kd->shk", q, k) * p["scales"].double()
+    w = p["weights"].double()
+    logits = torch.einsum("sh,shk->sk", w, dots.clamp_min(0))
+    magnitude = torch.einsum("sh,shk->sk", w.abs(), dots.abs())
+    columns = torch.arange(k.shape[0], device=DEVICE)
+    inside = (columns >= p["ks"][:, None].long()) & (columns < p["ke"][:, None].long())
+    logits = logits.masked_fill(~inside, -float("inf"))
+    if compressed:
+        index = (p["ks"][:, None].long() + torch.arange(p["width"], device=DEVICE))
+        index = index.clamp_max(k.shape[0] - 1)
+        valid = index < p["ke"][:, None].long()
+        logits = torch.gather(logits, 1, index).masked_fill(~valid, -float("inf"))
+        magnitude = torch.gather(magnitude, 1, index)
+    return logits, magnitude
+
+
+@pytest.mark.parametrize("heads", [1, 32, 64])
+@pytest.mark.parametrize("compressed", [False, True])
+def test_mqa_logits(rng, heads, compressed):
+    p = prefill_problem(rng, heads=heads)
+    expected, magnitude = torch_mqa_logits(p, compressed)
+    width = p["width"] if compressed else 0
+    for backend in ("auto", "cuda_generic"):
+        out = dsa.mqa_logits(*prefill_args(p), clean_logits=True, compressed=compressed,
+                             max_seqlen_k=width, backend=backend, check_device_errors=True)
+        assert out.shape == expected.shape and out.dtype == torch.float32
+        assert_logits_close(out, expected, magnitude)
+        assert torch.equal(torch.isneginf(out), torch.isneginf(expected))
+        bf16 = dsa.mqa_logits(*prefill_args(p), clean_logits=True, compressed=compressed,
+                              max_seqlen_k=width, out_dtype="bfloat16", backend=backend)
+        assert bf16.dtype == torch.bfloat16
+        assert_logits_close(bf16.float(), expected, magnitude, rtol=2**-7)
+        again = dsa.mqa_logits(*prefill_args(p), clean_logits=True, compressed=compressed,
+                               max_seqlen_k=width, backend=backend)
+        assert torch.equal(again, out)  # bitwise identical run to run
+
+
+def test_mqa_logits_feed_the_ragged_topk(rng):
+    p = prefill_problem(rng, heads=64)
+    expected, _ = torch_mqa_logits(p)
+    logits = dsa.mqa_logits(*prefill_args(p))
+    lengths = p["ke"] - p["ks"]
+    selected = dsa.topk(logits, lengths, 256, row_starts=p["ks"], position_offsets=p["ks"])
+    via_sgl = sgl_kernel.fast_topk_transform_ragged_fused(logits, lengths, p["ks"], 256,
+                                                          p["ks"])
+    assert torch.equal(selected.sort(dim=1).values, via_sgl.sort(dim=1).values)
+    for r in range(lengths.shape[0]):
+        got = selected[r][selected[r] >= 0].long()
+        count = min(int(lengths[r]), 256)
+        assert got.numel() == count
+        best = expected[r].topk(count).values if count else expected[r][:0]
+        scale = float(best.abs().max()) if count else 0.0
+        torch.testing.assert_close(expected[r][got].sort().values, best.sort().values,
+                                   rtol=2e-3, atol=1e-3 * scale + 1e-6)
+
+
+def test_deep_gemm_mqa_logits(rng):
+    p = prefill_problem(rng, heads=64)
+    kv = (p["keys"], p["scales"])
+    args = (p["weights"], p["ks"], p["ke"])
+    full = deep_gemm.fp8_mqa_logits(p["q"], kv, *args)
+    assert torch.equal(full, dsa.mqa_logits(*prefill_args(p), clean_logits=True))
+    compressed = deep_gemm.fp8_fp4_mqa_logits((p["q"], None), kv, *args,
+                                              max_seqlen_k=p["width"])
+    assert torch.equal(compressed, dsa.mqa_logits(*prefill_args(p), clean_logits=True,
+                                                  compressed=True, max_seqlen_k=p["width"]))
+    with pytest.raises(NotImplementedError, match="fp8_fp4_mqa_logits: q: FP4 queries"):
+        deep_gemm.fp8_fp4_mqa_logits((p["q"], torch.ones(3, device=DEVICE)), kv, *args)
+
+
+def test_mqa_logits_under_torch_compile(rng):
+    p = prefill_problem(rng, rows=64, keys=600, heads=64)
+    run = torch.compile(lambda p: dsa.mqa_logits(*prefill_args(p), clean_logits=True,
+                                                 compressed=True, max_seqlen_k=p["width"]),
+                        fullgraph=True)
+    assert torch.equal(run(p), dsa.mqa_logits(*prefill_args(p), clean_logits=True,
+                                               compressed=True, max_seqlen_k=p["width"]))

@@ -20,7 +20,7 @@ D = 32
 FP8 = torch.float8_e4m3fn
 # The functions that run an operation, by the name of their operator.
 OPERATIONS = ("store_index_keys", "quantize_queries", "context_lens", "plan_schedule",
-              "paged_mqa_logits", "topk", "index_topk")
+              "paged_mqa_logits", "mqa_logits", "topk", "index_topk")
 EXECUTION = tuple(inspect.signature(dsa.make_context).parameters)[1:]
 
 
@@ -56,11 +56,29 @@ def problem(batch=3, next_n=2, heads=4, max_prefix=300, page=ref.PAGE):
         keys=torch.from_numpy(rng.standard_normal((10, D)).astype(np.float32) * 5),
         slots=torch.from_numpy(rng.permutation(2 * ref.PAGE)[:10].astype(np.int32)),
         q_high=torch.from_numpy(rng.standard_normal((batch, next_n, heads, D)).astype(np.float32)),
-        max_len=int(lens.max()) + 9, page=page)
+        max_len=int(lens.max()) + 9, page=page, **prefill(rng, heads))
+
+
+def prefill(rng, heads, rows=6, keys=40):
+    """mqa_logits inputs: fp8 q [rows, H, D], keys [keys, D], ranges some empty, not monotone."""
+    ks = rng.integers(0, keys + 1, size=rows).astype(np.int32)
+    ke = np.minimum(keys, ks + rng.integers(0, 12, size=rows)).astype(np.int32)
+    ks[1] = ke[1] = 3
+    q = ref.e4m3_encode(rng.standard_normal((rows, heads, D)).astype(np.float32))
+    k = ref.e4m3_encode(rng.standard_normal((keys, D)).astype(np.float32))
+    return dict(
+        pq=torch.from_numpy(q).view(FP8), pkeys=torch.from_numpy(k).view(FP8),
+        pscales=torch.from_numpy(rng.uniform(0.1, 2, size=keys).astype(np.float32)),
+        pweights=torch.from_numpy(rng.standard_normal((rows, heads)).astype(np.float32)),
+        ks=torch.from_numpy(ks), ke=torch.from_numpy(ke), pwidth=int((ke - ks).max()) + 2)
 
 
 def scoring(p):
     return p["q"], p["cache"], p["weights"], p["lens"], p["table"], p["max_len"]
+
+
+def prefill_args(p):
+    return p["pq"], p["pkeys"], p["pscales"], p["pweights"], p["ks"], p["ke"]
 
 
 def ragged(p):
@@ -163,6 +181,22 @@ CASES = {
         strided_buffer(p["max_len"], 3.0), p["max_len"],
         lambda out: dsa.paged_mqa_logits(*scoring(p), clean_logits=True, num_threads=2,
                                          out=out)),
+    "mqa_logits": lambda p: dsa.mqa_logits(*prefill_args(p), clean_logits=True),
+    "mqa_logits_compressed_bfloat16": lambda p: dsa.mqa_logits(
+        *prefill_args(p), compressed=True, max_seqlen_k=p["pwidth"], clean_logits=True,
+        out_dtype="bfloat16", backend="cpu_reference", reference_float64=True),
+    "mqa_logits_out": lambda p: written(
+        strided_buffer(p["pwidth"], 3.0), p["pwidth"],
+        lambda out: dsa.mqa_logits(*prefill_args(p), clean_logits=True, compressed=True,
+                                   max_seqlen_k=p["pwidth"], num_threads=2, out=out)),
+    "mqa_logits_topk": lambda p: dsa.topk(
+        dsa.mqa_logits(*prefill_args(p)), p["ke"] - p["ks"], 4, row_starts=p["ks"],
+        position_offsets=p["ks"]),
+    "deep_gemm_fp8_mqa_logits": lambda p: deep_gemm.fp8_mqa_logits(
+        p["pq"], (p["pkeys"], p["pscales"]), p["pweights"], p["ks"], p["ke"]),
+    "deep_gemm_fp8_fp4_mqa_logits_compressed": lambda p: deep_gemm.fp8_fp4_mqa_logits(
+        (p["pq"], None), (p["pkeys"], p["pscales"]), p["pweights"], p["ks"], p["ke"],
+        clean_logits=True, max_seqlen_k=p["pwidth"], logits_dtype=torch.bfloat16),
     "topk": lambda p: dsa.topk(
         dsa.paged_mqa_logits(*scoring(p)), p["lens"].reshape(-1), 7, sorted=True,
         block_table=p["table"], rows_per_request=2),
@@ -228,6 +262,16 @@ def test_keywords_change_the_compiled_result_as_they_change_the_eager_one():
     precise = run(p, backend="cpu_reference", reference_float64=True)
     assert not torch.equal(plain, precise)
     assert torch.isneginf(run(p, clean_logits=True)).any()
+    prefill = compile_whole(lambda p, **kw: dsa.mqa_logits(*prefill_args(p), **kw))
+    assert prefill(p).shape == (6, 40)
+    assert prefill(p, compressed=True, max_seqlen_k=p["pwidth"]).shape == (6, p["pwidth"])
+    assert prefill(p, out_dtype="bfloat16").dtype == torch.bfloat16
+    assert torch.isneginf(prefill(p, clean_logits=True)).any()
+    assert torch.equal(prefill(p, clean_logits=True),
+                       dsa.mqa_logits(*prefill_args(p), clean_logits=True))
+    assert not torch.equal(prefill(p, backend="cpu_reference", clean_logits=True),
+                           prefill(p, backend="cpu_reference", reference_float64=True,
+                                   clean_logits=True))
     schedule = compile_whole(lambda lens, **kw: dsa.plan_schedule(lens, **kw))
     assert schedule(p["lens"], num_threads=3).shape == (4, 2)
     assert schedule(p["lens"], num_threads=5).shape == (6, 2)
@@ -284,6 +328,7 @@ def test_execution_keywords_reach_the_library(monkeypatch, backend):
         lambda p: dsa.causal_context_lens(p["prefix"], 2, **given),
         lambda p: dsa.plan_schedule(p["lens"], **given),
         lambda p: dsa.paged_mqa_logits(*scoring(p), **given),
+        lambda p: dsa.mqa_logits(*prefill_args(p), **given),
         lambda p: dsa.topk(p["weights"], p["lens"].reshape(-1) % 4, 2, **given),
         lambda p: dsa.index_topk(*scoring(p), 4, **given),
     ]
@@ -303,6 +348,7 @@ def test_workspace_reaches_the_library(name, backend):
         "context_lens": (p["prefix"], 2),
         "plan_schedule": (p["lens"], 2),
         "paged_mqa_logits": scoring(p),
+        "mqa_logits": prefill_args(p),
         "topk": (p["weights"], p["lens"].reshape(-1) % 4, 2),
         "index_topk": scoring(p) + (4,),
     }[name]
@@ -347,6 +393,8 @@ def test_operators_pass_opcheck():
     # q as its uint8 bytes: the checks compare tensors with torch.allclose, which float8
     # tensors do not implement.
     q = p["q"].view(torch.uint8)
+    prefill_bytes = ((p["pq"].view(torch.uint8), p["pkeys"].view(torch.uint8))
+                     + prefill_args(p)[2:])
     logits = dsa.paged_mqa_logits(*scoring(p), clean_logits=True)
     r = ragged(p)
     workspace = torch.zeros(64, dtype=torch.uint8)
@@ -365,6 +413,13 @@ def test_operators_pass_opcheck():
          dict(clean_logits=True, out_dtype="bfloat16", workspace=workspace)),
         (ops_.paged_mqa_logits.out, (q,) + scoring(p)[1:],
          dict(output=torch.empty(6, p["max_len"]), clean_logits=True)),
+        (ops_.mqa_logits.default, prefill_bytes,
+         dict(clean_logits=True, out_dtype="bfloat16", workspace=workspace)),
+        (ops_.mqa_logits.default, prefill_bytes,
+         dict(compressed=True, max_seqlen_k=p["pwidth"], clean_logits=True)),
+        (ops_.mqa_logits.out, prefill_bytes,
+         dict(output=torch.empty(6, p["pwidth"]), compressed=True,
+              max_seqlen_k=p["pwidth"], clean_logits=True)),
         (ops_.topk.default, (logits, lens.reshape(-1), 8),
          dict(sorted=True, block_table=p["table"], rows_per_request=2)),
         (ops_.topk.out, (logits, lens.reshape(-1), 8),

@@ -27,6 +27,23 @@ pair (q, None).
   indices         varlen rows (a request per row) are not supported yet: pass None
   returns         [B * next_n, max_context_len] logits of logits_dtype
 
+Prefill scoring over a contiguous key run (dsa_indexer.mqa_logits):
+
+    logits = fp8_fp4_mqa_logits((q, None), (keys, key_scales), weights, ks, ke,
+                                clean_logits=True, max_seqlen_k=0)
+
+  q               float8_e4m3fn [S, H, D] (fp8_mqa_logits) or the pair (q, None)
+                  (fp8_fp4_mqa_logits; FP4 queries raise NotImplementedError)
+  kv              the pair (keys float8_e4m3fn [S_kv, D], key_scales float32 [S_kv]);
+                  FP4 keys (packed keys with integer scale factors) raise
+                  NotImplementedError
+  weights         float32 [S, H]
+  cu_seq_len_k_start, cu_seq_len_k_end   int32 [S]: row i scores keys [start, end)
+  max_seqlen_k    0: logits [S, S_kv], key j at column j; > 0: compressed logits
+                  [S, max_seqlen_k], key start[i] + c at column c
+  returns         float32 logits (fp8_fp4_mqa_logits: logits_dtype), -inf outside each
+                  row's range with clean_logits (the default)
+
 The schedule is in tokens, whatever the page size: get_paged_mqa_logits_metadata checks
 block_kv and keeps nothing. Errors the library finds name the arguments of
 dsa_indexer.paged_mqa_logits (key_cache is kv_cache, schedule is schedule_meta).
@@ -131,3 +148,53 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
     return _paged_mqa_logits("fp8_paged_mqa_logits", q, kv_cache, weights, context_lens,
                              block_table, schedule_meta, max_context_len, clean_logits,
                              logits_dtype)
+
+
+def _key_pair(op, kv):
+    """(keys, key_scales) of DeepGEMM's kv pair; FP4 keys are refused."""
+    if not isinstance(kv, (tuple, list)) or len(kv) != 2:
+        raise TypeError(f"{op}: kv: expected the pair (keys float8_e4m3fn [S_kv, D], "
+                        f"key_scales float32 [S_kv]), got {type(kv).__name__}")
+    keys, scales = kv
+    if torch is not None and (getattr(keys, "dtype", None) == torch.int8
+                              or getattr(scales, "dtype", None) in (torch.int32, torch.uint8)):
+        raise NotImplementedError(
+            f"{op}: kv: FP4 keys (packed keys with integer scale factors) are not supported "
+            f"yet; pass (keys float8_e4m3fn [S_kv, D], key_scales float32 [S_kv])")
+    return keys, scales
+
+
+def _mqa_logits(op, q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits,
+                max_seqlen_k, logits_dtype):
+    out_dtype = _logits_dtype_name(op, logits_dtype)
+    keys, scales = _key_pair(op, kv)
+    max_seqlen_k = int(max_seqlen_k)
+    if max_seqlen_k < 0:
+        raise ValueError(f"{op}: max_seqlen_k: must be >= 0 (0: logits [S, S_kv]), got "
+                         f"{max_seqlen_k}")
+    return ops.mqa_logits(q, keys, scales, weights, cu_seq_len_k_start, cu_seq_len_k_end,
+                          clean_logits=bool(clean_logits), compressed=max_seqlen_k > 0,
+                          max_seqlen_k=max_seqlen_k, out_dtype=out_dtype)
+
+
+def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True,
+                       max_seqlen_k=0, logits_dtype=_FLOAT32):
+    """MQA logits of q = (q_fp8, None) against kv = (keys, key_scales), row i over the keys
+    [cu_seq_len_k_start[i], cu_seq_len_k_end[i]) (see the module docstring)."""
+    op = "fp8_fp4_mqa_logits"
+    if not isinstance(q, (tuple, list)) or len(q) != 2:
+        raise TypeError(f"{op}: q: expected the pair (q_fp8, None), got {type(q).__name__}")
+    if q[1] is not None:
+        raise NotImplementedError(
+            f"{op}: q: FP4 queries (q_fp4, q_sf) are not supported yet; pass (q_fp8, None) "
+            f"with float8_e4m3fn queries [S, H, D]")
+    return _mqa_logits(op, q[0], kv, weights, cu_seq_len_k_start, cu_seq_len_k_end,
+                       clean_logits, max_seqlen_k, logits_dtype)
+
+
+def fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True,
+                   max_seqlen_k=0):
+    """float32 MQA logits of q float8_e4m3fn [S, H, D] against kv = (keys, key_scales) (see
+    the module docstring)."""
+    return _mqa_logits("fp8_mqa_logits", q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end,
+                       clean_logits, max_seqlen_k, "float32")
