@@ -1,4 +1,4 @@
-// dsa-indexer: run and verify the index-selection pipeline, or benchmark it.
+// dsa-indexer: run and verify the index-selection pipeline or prefill scoring, or benchmark them.
 #include <cstdio>
 #include <new>
 #include <string>
@@ -6,6 +6,7 @@
 
 #include "bench.hpp"
 #include "options.hpp"
+#include "prefill.hpp"
 #include "run.hpp"
 
 int main(int argc, char** argv) {
@@ -24,12 +25,17 @@ int main(int argc, char** argv) {
         return 0;
       case dsa_cli::Command::bench:
         return dsa_cli::bench_command(parsed.options);
+      case dsa_cli::Command::prefill:
+        return dsa_cli::prefill_command(parsed.options);
       case dsa_cli::Command::run:
         break;
     }
     return dsa_cli::run_command(parsed.options);
   } catch (const std::bad_alloc&) {
-    std::fputs("dsa-indexer: error: out of host memory for this workload; lower --batch or --context\n", stderr);
+    std::fputs(parsed.options.command == dsa_cli::Command::prefill
+                   ? "dsa-indexer: error: out of host memory for this workload; lower --seq or --prefix\n"
+                   : "dsa-indexer: error: out of host memory for this workload; lower --batch or --context\n",
+               stderr);
     return 1;
   }
 }

@@ -17,6 +17,8 @@ constexpr std::int64_t kMaxContext = 1 << 22;  // keeps every length and slot in
 constexpr int kMaxNextN = 8;
 constexpr int kMaxHeads = 256;
 constexpr int kMaxIters = 100000;
+constexpr std::int64_t kMaxSeq = 131072;
+constexpr std::int64_t kMaxPrefix = 1 << 22;
 
 std::optional<std::int64_t> parse_integer(std::string_view text) {
   std::int64_t value = 0;
@@ -66,13 +68,14 @@ struct Flag {
   const char* name;
   bool for_run;
   bool for_bench;
+  bool for_prefill;
   std::function<std::string(std::string_view value, Options& options)> apply;
 };
 
 std::vector<Flag> flag_table() {
   using L = std::int64_t;
   return {
-      {"--backend", true, true,
+      {"--backend", true, true, true,
        [](std::string_view v, Options& o) {
          return one_of<BackendChoice>("--backend", v,
                                       {{"auto", BackendChoice::automatic},
@@ -83,28 +86,28 @@ std::vector<Flag> flag_table() {
                                        {"cuda-hopper", BackendChoice::cuda_hopper}},
                                       &o.backend);
        }},
-      {"--batch", true, false,
+      {"--batch", true, false, false,
        [](std::string_view v, Options& o) {
          L value = 0;
          std::string error = integer_in_range("--batch", v, 1, kMaxBatch, &value);
          if (error.empty()) o.batch = value;
          return error;
        }},
-      {"--context", true, false,
+      {"--context", true, false, false,
        [](std::string_view v, Options& o) {
          L value = 0;
          std::string error = integer_in_range("--context", v, 1, kMaxContext, &value);
          if (error.empty()) o.context = value;
          return error;
        }},
-      {"--next-n", true, false,
+      {"--next-n", true, false, false,
        [](std::string_view v, Options& o) {
          L value = 0;
          std::string error = integer_in_range("--next-n", v, 1, kMaxNextN, &value);
          o.next_n = static_cast<int>(value);
          return error;
        }},
-      {"--spread", true, false,
+      {"--spread", true, false, false,
        [](std::string_view v, Options& o) -> std::string {
          const auto value = parse_real(v);
          if (!value || !(*value >= 0.0 && *value < 1.0)) {
@@ -114,21 +117,21 @@ std::vector<Flag> flag_table() {
          o.spread = *value == 0.0 ? 0.0 : *value;  // -0 would print as "+--0%"
          return {};
        }},
-      {"--k", true, true,
+      {"--k", true, true, true,
        [](std::string_view v, Options& o) {
          L value = 0;
          std::string error = integer_in_range("--k", v, 1, 2048, &value);
          o.k = static_cast<int>(value);
          return error;
        }},
-      {"--heads", true, true,
+      {"--heads", true, true, true,
        [](std::string_view v, Options& o) {
          L value = 0;
          std::string error = integer_in_range("--heads", v, 1, kMaxHeads, &value);
          o.heads = static_cast<int>(value);
          return error;
        }},
-      {"--page-size", true, true,
+      {"--page-size", true, true, false,
        [](std::string_view v, Options& o) -> std::string {
          const auto value = parse_integer(v);
          if (!value || !dsa::supported_page_size(*value)) {
@@ -137,7 +140,7 @@ std::vector<Flag> flag_table() {
          o.page_size = static_cast<int>(*value);
          return {};
        }},
-      {"--path", true, false,
+      {"--path", true, false, false,
        [](std::string_view v, Options& o) {
          return one_of<dsa::LogitsPath>("--path", v,
                                         {{"auto", dsa::LogitsPath::automatic},
@@ -145,7 +148,7 @@ std::vector<Flag> flag_table() {
                                          {"per-token", dsa::LogitsPath::per_token}},
                                         &o.path);
        }},
-      {"--seed", true, true,
+      {"--seed", true, true, true,
        [](std::string_view v, Options& o) {
          L value = 0;
          std::string error =
@@ -153,14 +156,14 @@ std::vector<Flag> flag_table() {
          o.seed = static_cast<std::uint64_t>(value);
          return error;
        }},
-      {"--iters", true, true,
+      {"--iters", true, true, true,
        [](std::string_view v, Options& o) {
          L value = 0;
          std::string error = integer_in_range("--iters", v, 1, kMaxIters, &value);
          if (error.empty()) o.iters = static_cast<int>(value);
          return error;
        }},
-      {"--tolerance", true, false,
+      {"--tolerance", true, false, true,
        [](std::string_view v, Options& o) -> std::string {
          const auto value = parse_real(v);
          if (!value || !(*value > 0.0 && *value < 1.0)) {
@@ -170,7 +173,21 @@ std::vector<Flag> flag_table() {
          o.tolerance = *value;
          return {};
        }},
-      {"--grid", false, true,
+      {"--seq", false, false, true,
+       [](std::string_view v, Options& o) {
+         L value = 0;
+         std::string error = integer_in_range("--seq", v, 1, kMaxSeq, &value);
+         if (error.empty()) o.seq = value;
+         return error;
+       }},
+      {"--prefix", false, false, true,
+       [](std::string_view v, Options& o) {
+         L value = 0;
+         std::string error = integer_in_range("--prefix", v, 0, kMaxPrefix, &value);
+         if (error.empty()) o.prefix = value;
+         return error;
+       }},
+      {"--grid", false, true, false,
        [](std::string_view v, Options& o) {
          return one_of<GridSize>("--grid", v,
                                  {{"full", GridSize::full}, {"small", GridSize::small}, {"topk", GridSize::topk}},
@@ -180,7 +197,19 @@ std::vector<Flag> flag_table() {
 }
 
 const char* command_name(Command command) {
-  return command == Command::bench ? "bench" : "the default run";
+  switch (command) {
+    case Command::bench: return "bench";
+    case Command::prefill: return "prefill";
+    default: return "the default run";
+  }
+}
+
+bool allowed_in(const Flag& flag, Command command) {
+  switch (command) {
+    case Command::bench: return flag.for_bench;
+    case Command::prefill: return flag.for_prefill;
+    default: return flag.for_run;
+  }
 }
 
 }  // namespace
@@ -213,13 +242,15 @@ ParseResult parse_options(const std::vector<std::string>& args) {
   if (!args.empty() && !args[0].starts_with("-")) {
     if (args[0] == "bench") {
       options.command = Command::bench;
+    } else if (args[0] == "prefill") {
+      options.command = Command::prefill;
     } else if (args[0] == "run") {
       options.command = Command::run;
     } else if (args[0] == "help") {
       options.command = Command::help;
       return result;
     } else {
-      result.error = "unknown command '" + args[0] + "' (expected bench, run or help)";
+      result.error = "unknown command '" + args[0] + "' (expected run, bench, prefill or help)";
       return result;
     }
     next = 1;
@@ -242,6 +273,15 @@ ParseResult parse_options(const std::vector<std::string>& args) {
       if (options.json_file == "-") options.json_file.clear();
       continue;
     }
+    if (arg == "--compressed") {
+      if (options.command != Command::prefill) {
+        result.error = std::string("--compressed: not an option of ") + command_name(options.command) +
+                       " (only for the prefill command)";
+        return result;
+      }
+      options.compressed = true;
+      continue;
+    }
     const std::size_t equals = arg.find('=');
     const std::string name = arg.substr(0, equals);
     const Flag* flag = nullptr;
@@ -254,13 +294,16 @@ ParseResult parse_options(const std::vector<std::string>& args) {
                                                 "' (the command must come first)";
       return result;
     }
-    const bool allowed =
-        options.command == Command::bench ? flag->for_bench : flag->for_run;
-    if (!allowed) {
-      result.error = name + ": not an option of " + command_name(options.command) +
-                     (options.command == Command::bench
-                          ? " (the reference grid fixes it; see --grid)"
-                          : " (only for the bench command)");
+    if (!allowed_in(*flag, options.command)) {
+      std::string hint;
+      if (options.command == Command::bench) {
+        hint = " (the reference grid fixes it; see --grid)";
+      } else if (flag->for_prefill && !flag->for_run && !flag->for_bench) {
+        hint = " (only for the prefill command)";
+      } else if (flag->for_bench && !flag->for_run) {
+        hint = " (only for the bench command)";
+      }
+      result.error = name + ": not an option of " + command_name(options.command) + hint;
       return result;
     }
     std::string value;
@@ -287,6 +330,9 @@ Usage:
                                   CPU reference and time every stage
   dsa-indexer bench [options]     GPU: measure copy bandwidth and the fp8 matrix rate,
                                   then time the reference grid against its floor
+  dsa-indexer prefill [options]   build a causal prefill workload, score it with mqa_logits
+                                  and take the ragged top-k on one backend, verify both
+                                  against the float64 CPU reference and time them
   dsa-indexer --help
 
 Pipeline of the default run: store_index_keys (bf16 keys -> fp8 paged cache),
@@ -323,6 +369,14 @@ Options of bench:
   --json[=FILE]   everything measured, as JSON; the table is printed at the end
   Without a CUDA device, bench says the grid needs a GPU, times one small point on the
   CPU backend (no floor: the rates it needs are GPU measurements) and exits 0.
+
+Options of prefill (S new tokens over a prefix of P keys; row i scores keys
+[0, P + i + 1) of the S_kv = P + S keys):
+  --seq N         new tokens S, 1..131072 (default 256 on the CPU, 4096 on a GPU)
+  --prefix N      prefix P, 0..4194304 (default 1024 on the CPU, 32768 on a GPU)
+  --compressed    the compressed output form (column c of row i holds key ks[i] + c)
+  --backend B, --heads N, --k N, --seed N, --iters N, --tolerance F, --json[=FILE]
+                  as for the default run
 
 Lengths are causal (row j of request b sees prefix_b + j + 1 positions), pages are
 randomly permuted, H x D = heads x 128, page size 64 unless --page-size says 32.

@@ -11,7 +11,7 @@
 
 namespace dsa_cli {
 
-enum class Command { run, bench, help };
+enum class Command { run, bench, prefill, help };
 
 // What --backend asks for; `automatic` means a GPU when one is present, else
 // the multithreaded CPU backend.
@@ -42,6 +42,11 @@ struct Options {
   // Largest max relative logits error that passes; unset: per backend default.
   std::optional<double> tolerance;
   GridSize grid = GridSize::full;
+  // prefill: S new tokens over a prefix of P keys (unset: per-device defaults,
+  // see prefill.cpp), and the compressed output form.
+  std::optional<std::int64_t> seq;
+  std::optional<std::int64_t> prefix;
+  bool compressed = false;
   bool json = false;
   std::string json_file;  // empty with json: standard output
 };
