@@ -372,8 +372,8 @@ Options of bench:
 
 Options of prefill (S new tokens over a prefix of P keys; row i scores keys
 [0, P + i + 1) of the S_kv = P + S keys):
-  --seq N         new tokens S, 1..131072 (default 256 on the CPU, 4096 on a GPU)
-  --prefix N      prefix P, 0..4194304 (default 1024 on the CPU, 32768 on a GPU)
+  --seq N         new tokens S, 1..131072 (default 256 on the CPU, 512 on a GPU)
+  --prefix N      prefix P, 0..4194304 (default 1024 on the CPU, 8192 on a GPU)
   --compressed    the compressed output form (column c of row i holds key ks[i] + c)
   --backend B, --heads N, --k N, --seed N, --iters N, --tolerance F, --json[=FILE]
                   as for the default run

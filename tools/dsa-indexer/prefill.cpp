@@ -22,12 +22,12 @@
 namespace dsa_cli {
 namespace {
 
-// Defaults: small enough for a 2-core CPU to finish in seconds, a long
-// prefill chunk on a GPU.
+// Defaults: small enough for a 2-core CPU to finish in seconds, and on a GPU
+// a chunk whose float64 reference the host threads still check in seconds.
 constexpr std::int64_t kCpuSeq = 256;
-constexpr std::int64_t kGpuSeq = 4096;
+constexpr std::int64_t kGpuSeq = 512;
 constexpr std::int64_t kCpuPrefix = 1024;
-constexpr std::int64_t kGpuPrefix = 32768;
+constexpr std::int64_t kGpuPrefix = 8192;
 constexpr int kCpuIters = 3;
 constexpr int kGpuIters = 20;
 constexpr int kGpuWarmup = 3;
