@@ -306,6 +306,19 @@ Status paged_mqa_logits(const TensorView& q, const TensorView& key_cache, const 
                   [&] { return cuda::paged_mqa_logits(p, engine == Engine::cuda_hopper, ctx); });
 }
 
+Status plan_mqa_logits_chunks(const TensorView& ks, const TensorView& ke, std::int64_t num_keys,
+                              bool compressed, DType logits_dtype, std::size_t budget_bytes,
+                              std::vector<MqaLogitsChunk>* chunks) {
+  if (chunks == nullptr) {
+    return {ErrorCode::null_pointer, "plan_mqa_logits_chunks: chunks: the output vector is null"};
+  }
+  detail::MqaLogitsProblem p;
+  DSA_RETURN_IF_ERROR(detail::validate_mqa_chunk_plan(ks, ke, num_keys, logits_dtype, &p));
+  DSA_RETURN_IF_ERROR(detail::check_mqa_logits_data(p));
+  return run_cpu("plan_mqa_logits_chunks",
+                 [&] { return cpu::plan_mqa_logits_chunks(p, compressed, budget_bytes, chunks); });
+}
+
 std::size_t paged_mqa_logits_workspace_bytes(const ExecContext& ctx) {
   return is_cpu_backend(ctx.backend) ? 0 : cuda::workspace_bytes_basic();
 }

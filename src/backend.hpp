@@ -5,8 +5,11 @@
 // page indices, slots) are still the backend's to enforce.
 #pragma once
 
+#include <vector>
+
 #include "common/problem.hpp"
 #include "dsa/context.hpp"
+#include "dsa/prefill.hpp"
 #include "dsa/status.hpp"
 
 namespace dsa::detail {
@@ -23,6 +26,10 @@ Status context_lens(const LengthsProblem& p, const ExecContext& ctx);
 Status plan_schedule(const ScheduleProblem& p, const ExecContext& ctx);
 Status paged_mqa_logits(const LogitsProblem& p, bool parallel, const ExecContext& ctx);
 Status mqa_logits(const MqaLogitsProblem& p, bool parallel, const ExecContext& ctx);
+// Host-side plan of mqa_logits calls (dsa::plan_mqa_logits_chunks); p's
+// ranges have been checked.
+Status plan_mqa_logits_chunks(const MqaLogitsProblem& p, bool compressed, std::size_t budget_bytes,
+                              std::vector<MqaLogitsChunk>* chunks);
 Status topk(const TopkProblem& p, bool parallel, const ExecContext& ctx);
 Status index_topk(const IndexTopkProblem& p, bool parallel, const ExecContext& ctx);
 }  // namespace cpu

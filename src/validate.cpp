@@ -686,6 +686,35 @@ Status validate_mqa_logits(const TensorView& q, const TensorView& keys, const Te
   return Status::success();
 }
 
+Status validate_mqa_chunk_plan(const TensorView& ks, const TensorView& ke, std::int64_t num_keys,
+                               DType logits_dtype, MqaLogitsProblem* problem) {
+  const char* op = "plan_mqa_logits_chunks";
+  DSA_RETURN_IF_ERROR(check_tensor(op, "ks", ks, 1, {DType::int32}));
+  DSA_RETURN_IF_ERROR(check_tensor(op, "ke", ke, 1, {DType::int32}));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "ke", ke, 0, ks.size(0), "the rows of ks"));
+  DSA_RETURN_IF_ERROR(expect_one_device(op, {{"ks", &ks}, {"ke", &ke}}));
+  if (ks.device.type != DeviceType::cpu) {
+    return fail(ErrorCode::bad_device, op, "ks", "must be in host memory: the plan is made on the host");
+  }
+  if (num_keys < 0 || num_keys > kInt32Max) {
+    return fail(ErrorCode::invalid_argument, op, "num_keys", "must be in [0, 2^31 - 1], got " + str(num_keys));
+  }
+  if (logits_dtype != DType::float32 && logits_dtype != DType::bfloat16) {
+    return fail(ErrorCode::bad_dtype, op, "logits_dtype", "must be float32 or bfloat16");
+  }
+  MqaLogitsProblem p;
+  p.device = ks.device;
+  p.rows = ks.size(0);
+  p.num_keys = num_keys;
+  p.ks = ks.ptr<const std::int32_t>();
+  p.ks_stride = ks.stride(0);
+  p.ke = ke.ptr<const std::int32_t>();
+  p.ke_stride = ke.stride(0);
+  p.logits_dtype = logits_dtype;
+  *problem = p;
+  return Status::success();
+}
+
 namespace {
 
 // An optional int32 [rows] contiguous tensor of top-k's options.

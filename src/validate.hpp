@@ -70,6 +70,11 @@ Status validate_mqa_logits(const TensorView& q, const TensorView& keys, const Te
                            const TensorView& logits, const MqaLogitsOptions& options,
                            MqaLogitsProblem* problem);
 
+// ks, ke (host memory) and the options of plan_mqa_logits_chunks, as an
+// MqaLogitsProblem whose ranges check_mqa_logits_data checks (full form).
+Status validate_mqa_chunk_plan(const TensorView& ks, const TensorView& ke, std::int64_t num_keys,
+                               DType logits_dtype, MqaLogitsProblem* problem);
+
 Status validate_topk(const TensorView& logits, const TensorView& lengths, int k,
                      const TensorView& indices, const TopkOptions& options, TopkProblem* problem);
 

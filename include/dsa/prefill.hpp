@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "dsa/context.hpp"
 #include "dsa/status.hpp"
@@ -66,5 +67,28 @@ Status mqa_logits(const TensorView& q, const TensorView& keys, const TensorView&
                   const TensorView& logits, const MqaLogitsOptions& options, const ExecContext& ctx);
 // The error record alone on CUDA; 0 on the CPU.
 std::size_t mqa_logits_workspace_bytes(const ExecContext& ctx);
+
+// Consecutive query rows [begin, end) whose logits one mqa_logits call
+// computes, and with compressed output the columns it needs.
+struct MqaLogitsChunk {
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+  std::int64_t max_seqlen_k = 0;  // compressed: the widest range of its rows; else 0
+};
+
+// Splits rows [0, S) into the fewest consecutive chunks, taken greedily from
+// row 0, whose logits each fit `budget_bytes`, as engines split a long
+// prefill: a chunk of r rows needs r * W * (4 for float32, 2 for bfloat16)
+// bytes, W = num_keys (full output) or, compressed, the widest ke[i] - ks[i]
+// of its rows (at least 1).
+//   ks, ke        int32 [S] in host memory, with mqa_logits' range rules
+//                 against num_keys (length_out_of_range)
+//   num_keys      S_kv, in [0, 2^31 - 1]
+//   logits_dtype  float32 or bfloat16
+// A row whose logits alone exceed the budget is invalid_argument naming
+// budget_bytes. `chunks` is replaced (empty for S == 0).
+Status plan_mqa_logits_chunks(const TensorView& ks, const TensorView& ke, std::int64_t num_keys,
+                              bool compressed, DType logits_dtype, std::size_t budget_bytes,
+                              std::vector<MqaLogitsChunk>* chunks);
 
 }  // namespace dsa

@@ -166,6 +166,41 @@ void parallel_mqa_logits(const MqaLogitsProblem& p, const ExecContext& ctx) {
 
 }  // namespace
 
+Status plan_mqa_logits_chunks(const MqaLogitsProblem& p, bool compressed, std::size_t budget_bytes,
+                              std::vector<MqaLogitsChunk>* chunks) {
+  const std::size_t element_bytes = p.logits_dtype == DType::bfloat16 ? 2 : 4;
+  // A row of W columns; a compressed row is at least one column wide, so a
+  // chunk of empty ranges still has a logits row to point at.
+  const auto row_bytes = [&](std::int64_t width) {
+    return static_cast<std::size_t>(std::max<std::int64_t>(width, 1)) * element_bytes;
+  };
+  chunks->clear();
+  MqaLogitsChunk chunk;
+  for (std::int64_t row = 0; row < p.rows; ++row) {
+    const KeyRange r = mqa_key_range(p, row);
+    const std::int64_t own_width = compressed ? r.end - r.start : p.num_keys;
+    if (row_bytes(own_width) > budget_bytes) {
+      return {ErrorCode::invalid_argument,
+              "plan_mqa_logits_chunks: budget_bytes: " + std::to_string(budget_bytes) + " bytes cannot hold row " +
+                  std::to_string(row) + "'s logits (" + std::to_string(row_bytes(own_width)) + " bytes)"};
+    }
+    const std::int64_t width = std::max(compressed ? chunk.max_seqlen_k : 0, own_width);
+    // rows * row_bytes <= budget, without the product's overflow.
+    if (row > chunk.begin &&
+        row_bytes(width) > budget_bytes / static_cast<std::size_t>(row - chunk.begin + 1)) {
+      chunk.end = row;
+      chunks->push_back(chunk);
+      chunk = MqaLogitsChunk{row, row, 0};
+    }
+    if (compressed) chunk.max_seqlen_k = std::max(chunk.max_seqlen_k, own_width);
+  }
+  if (p.rows > 0) {
+    chunk.end = p.rows;
+    chunks->push_back(chunk);
+  }
+  return Status::success();
+}
+
 Status mqa_logits(const MqaLogitsProblem& p, bool parallel, const ExecContext& ctx) {
   DSA_RETURN_IF_ERROR(check_mqa_logits_data(p));
   if (parallel) {

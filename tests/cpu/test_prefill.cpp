@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <algorithm>
 #include <functional>
+#include <random>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -248,6 +250,89 @@ TEST(PrefillValidation, RangesAreCheckedBeforeAnythingIsWritten) {
       }
     }
   }
+}
+
+// ---- plan_mqa_logits_chunks ---------------------------------------------------
+
+// The bytes a chunk of rows [begin, end) needs, computed from the ranges
+// directly: rows x W x element size, W = the keys or, compressed, the widest
+// range (at least one column).
+std::size_t chunk_bytes(const std::vector<std::int32_t>& ks, const std::vector<std::int32_t>& ke,
+                        std::int64_t begin, std::int64_t end, std::int64_t num_keys, bool compressed,
+                        std::size_t element) {
+  std::int64_t width = compressed ? 1 : num_keys;
+  if (compressed) {
+    for (std::int64_t i = begin; i < end; ++i) width = std::max<std::int64_t>(width, ke[i] - ks[i]);
+  }
+  return static_cast<std::size_t>(end - begin) * static_cast<std::size_t>(width) * element;
+}
+
+TEST(PrefillChunks, GreedyChunksFitTheBudgetAndCoverEveryRow) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const std::int64_t rows = std::uniform_int_distribution<int>(0, 60)(rng);
+    const std::int64_t num_keys = std::uniform_int_distribution<int>(1, 500)(rng);
+    std::vector<std::int32_t> ks(rows), ke(rows);
+    for (std::int64_t i = 0; i < rows; ++i) {
+      // Causal ranges, then random ones (context-parallel layouts are not monotone).
+      const int a = std::uniform_int_distribution<int>(0, static_cast<int>(num_keys))(rng);
+      const int b = std::uniform_int_distribution<int>(0, static_cast<int>(num_keys))(rng);
+      ks[i] = trial % 2 == 0 ? 0 : std::min(a, b);
+      ke[i] = trial % 2 == 0 ? static_cast<std::int32_t>(std::min<std::int64_t>(num_keys, i + 1 + num_keys / 2))
+                             : std::max(a, b);
+    }
+    const bool compressed = trial % 3 != 0;
+    const dsa::DType dtype = trial % 4 == 0 ? dsa::DType::bfloat16 : dsa::DType::float32;
+    const std::size_t element = dtype == dsa::DType::bfloat16 ? 2 : 4;
+    const std::size_t budget = std::uniform_int_distribution<std::size_t>(num_keys * element, 40 * num_keys * element)(rng);
+    std::vector<dsa::MqaLogitsChunk> chunks;
+    DSA_ASSERT_OK(dsa::plan_mqa_logits_chunks(dsa::make_view(ks.data(), dsa::DType::int32, {rows}),
+                                              dsa::make_view(ke.data(), dsa::DType::int32, {rows}), num_keys,
+                                              compressed, dtype, budget, &chunks));
+    std::int64_t next = 0;
+    for (std::size_t c = 0; c < chunks.size(); ++c) {
+      const dsa::MqaLogitsChunk& chunk = chunks[c];
+      ASSERT_EQ(chunk.begin, next) << "trial " << trial;
+      ASSERT_LT(chunk.begin, chunk.end) << "trial " << trial;
+      EXPECT_LE(chunk_bytes(ks, ke, chunk.begin, chunk.end, num_keys, compressed, element), budget);
+      if (c + 1 < chunks.size()) {  // greedy: the next row did not fit beside these
+        EXPECT_GT(chunk_bytes(ks, ke, chunk.begin, chunk.end + 1, num_keys, compressed, element), budget);
+      }
+      std::int64_t widest = 0;
+      for (std::int64_t i = chunk.begin; i < chunk.end; ++i) widest = std::max<std::int64_t>(widest, ke[i] - ks[i]);
+      EXPECT_EQ(chunk.max_seqlen_k, compressed ? widest : 0);
+      next = chunk.end;
+    }
+    EXPECT_EQ(next, rows) << "trial " << trial;
+  }
+}
+
+TEST(PrefillChunks, Errors) {
+  std::vector<std::int32_t> ks = {0, 0, 5}, ke = {4, 10, 7};
+  const auto plan = [&](std::int64_t num_keys, bool compressed, dsa::DType dtype, std::size_t budget) {
+    std::vector<dsa::MqaLogitsChunk> chunks;
+    return dsa::plan_mqa_logits_chunks(dsa::make_view(ks.data(), dsa::DType::int32, {3}),
+                                       dsa::make_view(ke.data(), dsa::DType::int32, {3}), num_keys, compressed,
+                                       dtype, budget, &chunks);
+  };
+  DSA_ASSERT_OK(plan(10, true, dsa::DType::float32, 40));
+  const dsa::Status small = plan(10, true, dsa::DType::float32, 39);  // row 1 spans 10 keys: 40 bytes
+  EXPECT_EQ(small.code(), dsa::ErrorCode::invalid_argument);
+  EXPECT_NE(small.message().find("budget_bytes"), std::string::npos) << small.to_string();
+  const dsa::Status full = plan(10, false, dsa::DType::bfloat16, 19);  // a full row is 20 bytes
+  EXPECT_EQ(full.code(), dsa::ErrorCode::invalid_argument) << full.to_string();
+  const dsa::Status beyond = plan(9, true, dsa::DType::float32, 1000);  // ke[1] = 10 > S_kv
+  EXPECT_EQ(beyond.code(), dsa::ErrorCode::length_out_of_range) << beyond.to_string();
+  EXPECT_NE(beyond.message().find("ke"), std::string::npos);
+  EXPECT_EQ(plan(10, true, dsa::DType::int32, 1000).code(), dsa::ErrorCode::bad_dtype);
+  EXPECT_EQ(plan(-1, true, dsa::DType::float32, 1000).code(), dsa::ErrorCode::invalid_argument);
+  ks[2] = 8;  // ks > ke
+  EXPECT_EQ(plan(10, true, dsa::DType::float32, 1000).code(), dsa::ErrorCode::length_out_of_range);
+  EXPECT_EQ(dsa::plan_mqa_logits_chunks(dsa::make_view(ks.data(), dsa::DType::int32, {3}),
+                                        dsa::make_view(ke.data(), dsa::DType::int32, {3}), 10, true,
+                                        dsa::DType::float32, 1000, nullptr)
+                .code(),
+            dsa::ErrorCode::null_pointer);
 }
 
 TEST(PrefillValidation, WorkspaceIsZeroOnTheCpu) {
