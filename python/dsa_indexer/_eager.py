@@ -317,6 +317,21 @@ def mqa_logits(q, keys, key_scales, weights, ks, ke, *, clean_logits=False, comp
     return out
 
 
+def plan_mqa_logits_chunks(ks, ke, num_keys, budget_bytes, *, compressed=False,
+                           out_dtype="float32"):
+    """Consecutive row chunks [(begin, end, max_seqlen_k), ...] whose mqa_logits outputs
+    (full [rows, num_keys], or compressed [rows, widest range] with max_seqlen_k that
+    width) each fit budget_bytes; ks and ke in host memory (see dsa/prefill.hpp)."""
+    if out_dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"plan_mqa_logits_chunks: out_dtype: must be 'float32' or 'bfloat16', "
+                         f"got {out_dtype!r}")
+    _check_arrays("plan_mqa_logits_chunks", [("ks", ks), ("ke", ke)], [])
+    return _core.plan_mqa_logits_chunks(
+        fw.export(ks), fw.export(ke), _int64(num_keys, "plan_mqa_logits_chunks", "num_keys"),
+        bool(compressed), out_dtype == "bfloat16",
+        _int64(budget_bytes, "plan_mqa_logits_chunks", "budget_bytes"))
+
+
 def topk(logits, lengths, k, *, sorted=False, row_starts=None, position_offsets=None,
          block_table=None, page_size=64, rows_per_request=1, request_offsets=None, out=None,
          workspace=None, **execution):

@@ -33,7 +33,8 @@ that disagrees is refused).
 Under torch.compile the functions that run an operation dispatch to the
 torch.ops.dsa_indexer custom operators, which take every argument and keyword
 above (`out=` through their `out` overloads). The host queries
-(default_num_workers, resolve_logits_path, workspace_bytes, read_device_error)
+(default_num_workers, resolve_logits_path, workspace_bytes, read_device_error,
+plan_mqa_logits_chunks)
 are no operators: torch.compile breaks its graph at them (an error with
 fullgraph=True), so call them outside the compiled code.
 """
@@ -47,6 +48,7 @@ from ._eager import (  # noqa: F401  (re-exported)
     PAGE_TOKENS,
     default_num_workers,
     make_context,
+    plan_mqa_logits_chunks,
     read_device_error,
     resolve_logits_path,
     workspace_bytes,

@@ -6,6 +6,8 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstdint>
 
@@ -270,6 +272,22 @@ void bind_scoring(nb::module_& m) {
       "q"_a, "keys"_a, "key_scales"_a, "weights"_a, "ks"_a, "ke"_a, "logits"_a,
       "clean_logits"_a, "compressed"_a, "max_seqlen_k"_a, "ctx"_a, "workspace"_a.none());
   m.def("mqa_logits_workspace_bytes", &mqa_logits_workspace_bytes, "ctx"_a);
+  m.def(
+      "plan_mqa_logits_chunks",
+      [](const InputArray& ks, const InputArray& ke, std::int64_t num_keys, bool compressed, bool bf16,
+         std::size_t budget_bytes) {
+        const TensorView ks_view = to_view(ks, "plan_mqa_logits_chunks: ks");
+        const TensorView ke_view = to_view(ke, "plan_mqa_logits_chunks: ke");
+        std::vector<MqaLogitsChunk> chunks;
+        run_released([&] {
+          return plan_mqa_logits_chunks(ks_view, ke_view, num_keys, compressed,
+                                        bf16 ? DType::bfloat16 : DType::float32, budget_bytes, &chunks);
+        });
+        std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t>> result;
+        for (const MqaLogitsChunk& chunk : chunks) result.emplace_back(chunk.begin, chunk.end, chunk.max_seqlen_k);
+        return result;
+      },
+      "ks"_a, "ke"_a, "num_keys"_a, "compressed"_a, "bf16"_a, "budget_bytes"_a);
 
   m.def(
       "topk",

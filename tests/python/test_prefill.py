@@ -97,6 +97,39 @@ def test_compressed_width_zero_for_empty_ranges(rng):
     assert logits.shape == (len(p["ks"]), 0)
 
 
+@pytest.mark.parametrize("compressed", [False, True])
+def test_chunks_fit_the_budget_and_score_as_the_whole(rng, compressed):
+    p = prefill_problem(rng)
+    rows, num_keys = len(p["ks"]), len(p["scales"])
+    budget = 4 * (widest(p) if compressed else num_keys) * 5  # about five rows a chunk
+    chunks = dsa.plan_mqa_logits_chunks(p["ks"], p["ke"], num_keys, budget, compressed=compressed)
+    assert chunks[0][0] == 0 and chunks[-1][1] == rows
+    assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))
+    whole = dsa.mqa_logits(*args(p), clean_logits=True, compressed=compressed,
+                           max_seqlen_k=widest(p) if compressed else 0)
+    for begin, end, width in chunks:
+        span = (p["ke"][begin:end] - p["ks"][begin:end]).max()
+        assert (end - begin) * 4 * (max(span, 1) if compressed else num_keys) <= budget
+        assert width == (span if compressed else 0)
+        part = dsa.mqa_logits(p["q"][begin:end], p["keys"], p["scales"], p["weights"][begin:end],
+                              p["ks"][begin:end], p["ke"][begin:end], clean_logits=True,
+                              compressed=compressed, max_seqlen_k=width)
+        np.testing.assert_array_equal(part, whole[begin:end, :part.shape[1]])
+
+
+def test_chunk_plan_refusals(rng):
+    p = prefill_problem(rng)
+    num_keys = len(p["scales"])
+    with pytest.raises(ValueError, match="budget_bytes"):
+        dsa.plan_mqa_logits_chunks(p["ks"], p["ke"], num_keys, 4 * num_keys - 1)
+    with pytest.raises(ValueError, match="out_dtype"):
+        dsa.plan_mqa_logits_chunks(p["ks"], p["ke"], num_keys, 1 << 20, out_dtype="float16")
+    with pytest.raises(ValueError, match="ke"):
+        dsa.plan_mqa_logits_chunks(p["ks"], p["ke"], num_keys - 1, 1 << 20)
+    with pytest.raises(TypeError, match="ks"):
+        dsa.plan_mqa_logits_chunks([0, 1], p["ke"], num_keys, 1 << 20)
+
+
 def test_bfloat16_output_through_torch(rng):
     torch = pytest.importorskip("torch")
     p = prefill_problem(rng, heads=16)
