@@ -14,6 +14,7 @@
 #include "dsa/dsa.hpp"
 #include "json.hpp"
 #include "report.hpp"
+#include "stages.hpp"
 #include "run.hpp"
 #include "timing.hpp"
 #include "verify.hpp"
@@ -35,22 +36,6 @@ constexpr int kGpuWarmup = 3;
 constexpr double kCpuTolerance = 1e-4;
 constexpr double kGpuTolerance = 1e-2;
 constexpr int kStorePage = 64;  // pages of the host cache the keys are quantized through
-
-struct Stage {
-  const char* name;
-  std::function<dsa::Status(const dsa::ExecContext&)> run;
-};
-
-dsa::Status in_stage(const char* stage, dsa::Status status) {
-  if (status.ok()) return status;
-  return {status.code(), std::string(stage) + ": " + status.message()};
-}
-
-template <typename T>
-dsa::Status download(const Buffer& buffer, std::vector<T>* out) {
-  out->resize(buffer.bytes() / sizeof(T));
-  return buffer.download(out->data(), out->size() * sizeof(T));
-}
 
 template <typename T>
 dsa::Status upload(const std::vector<T>& values, dsa::Device device, Buffer* out) {
@@ -283,56 +268,22 @@ dsa::Status execute_prefill(const Options& options, std::FILE* text, Json* docum
        [&](const dsa::ExecContext& c) {
          return dsa::mqa_logits(q_view, keys_view, scales_view, weights_view, ks_view, ke_view, logits_view,
                                 logits_options, c);
-       }},
+       },
+       logits_bytes, flops},
       {"topk",
        [&](const dsa::ExecContext& c) {
          return dsa::topk(logits_view, lengths_view, k, indices_view, topk_options, c);
-       }},
+       },
+       topk_bytes},
   };
 
-  dsa::ExecContext checked = ctx;
-  checked.check_device_errors = gpu;
-  for (const Stage& stage : stages) DSA_RETURN_IF_ERROR(in_stage(stage.name, stage.run(checked)));
+  DSA_RETURN_IF_ERROR(run_stages_checked(stages, gpu, ctx));
   std::vector<float> first_logits;
   std::vector<std::int32_t> first_indices;
   DSA_RETURN_IF_ERROR(download(logits, &first_logits));
   DSA_RETURN_IF_ERROR(download(indices, &first_indices));
 
-  Json& timing_json = document->set("timing", Json::object());
-  timing_json.set("method", gpu ? "CUDA events around the enqueued work (host time excluded, reported apart), median"
-                                 : "std::chrono wall clock, median");
-  timing_json.set("warmup", warmup);
-  timing_json.set("iters", iters);
-  Json& stage_list = timing_json.set("stages", Json::array());
-  std::fprintf(text, "stage times (median of %d run%s, %s):\n", iters, iters == 1 ? "" : "s",
-               gpu ? "CUDA events" : "wall clock");
-  for (const Stage& stage : stages) {
-    RunTimes times;
-    DSA_RETURN_IF_ERROR(in_stage(stage.name, time_runs(gpu, ctx.stream, warmup, iters,
-                                                        [&](int) { return stage.run(ctx); }, &times)));
-    const std::vector<double>& seconds = times.elapsed;
-    const double time = median(seconds);
-    Json& entry = stage_list.push(Json::object());
-    entry.set("name", stage.name);
-    entry.set("median_us", time * 1e6);
-    entry.set("min_us", *std::min_element(seconds.begin(), seconds.end()) * 1e6);
-    const bool scoring = std::string_view(stage.name) == "mqa_logits";
-    const double bytes = scoring ? logits_bytes : topk_bytes;
-    std::string note = "  effective " + format_bandwidth(bytes / time);
-    entry.set("bytes", bytes);
-    if (scoring) {
-      note += ", " + format_flop_rate(flops / time);
-      entry.set("flops", flops);
-      entry.set("tflops", flops / time * 1e-12);
-    }
-    if (gpu) {
-      const double host = median(times.host);
-      entry.set("host_median_us", host * 1e6);
-      note += "  (host " + format_time(host) + " per call)";
-    }
-    std::fprintf(text, "  %-20s %12s%s\n", stage.name, format_time(time).c_str(), note.c_str());
-  }
-  if (gpu) DSA_RETURN_IF_ERROR(in_stage("timed runs", dsa::read_device_error(ctx)));
+  DSA_RETURN_IF_ERROR(time_stages(stages, gpu, ctx, warmup, iters, text, document));
 
   std::vector<float> got_logits;
   std::vector<std::int32_t> got_indices;
@@ -432,24 +383,9 @@ dsa::Status execute_prefill(const Options& options, std::FILE* text, Json* docum
 }  // namespace
 
 int prefill_command(const Options& options) {
-  std::FILE* text = options.json && options.json_file.empty() ? stderr : stdout;
-  Json document = Json::object();
-  document.set("tool", "dsa-indexer");
-  document.set("command", "prefill");
-  bool passed = false;
-  const dsa::Status status = execute_prefill(options, text, &document, &passed);
-  if (!status.ok()) {
-    std::fprintf(stderr, "dsa-indexer: error: %s\n", status.to_string().c_str());
-    document.set("error", status.to_string());
-  }
-  if (options.json) {
-    std::string error;
-    if (!write_json(document, options.json_file, &error)) {
-      std::fprintf(stderr, "dsa-indexer: %s\n", error.c_str());
-      return 1;
-    }
-  }
-  return status.ok() && passed ? 0 : 1;
+  return verified_command(options, "prefill", [&](std::FILE* text, Json* document, bool* passed) {
+    return execute_prefill(options, text, document, passed);
+  });
 }
 
 }  // namespace dsa_cli

@@ -13,6 +13,7 @@
 #include "json.hpp"
 #include "pipeline.hpp"
 #include "report.hpp"
+#include "stages.hpp"
 #include "timing.hpp"
 #include "verify.hpp"
 #include "workload.hpp"
@@ -37,22 +38,6 @@ constexpr double kCpuTolerance = 1e-4;
 constexpr double kGpuTolerance = 1e-2;
 // quantize_queries weights: gate * q_scale * weight_scale, products of floats.
 constexpr double kWeightsTolerance = 1e-6;
-
-struct Stage {
-  const char* name;
-  std::function<dsa::Status(const dsa::ExecContext&)> run;
-};
-
-dsa::Status in_stage(const char* stage, dsa::Status status) {
-  if (status.ok()) return status;
-  return {status.code(), std::string(stage) + ": " + status.message()};
-}
-
-template <typename T>
-dsa::Status download(const Buffer& buffer, std::vector<T>* out) {
-  out->resize(buffer.bytes() / sizeof(T));
-  return buffer.download(out->data(), out->size() * sizeof(T));
-}
 
 // Logits of requests [first, last) with the reference backend, planning a
 // one-worker schedule for just those requests.
@@ -228,7 +213,8 @@ dsa::Status execute_run(const Options& options, std::FILE* text, Json* document,
       {"paged_mqa_logits",
        [&](const dsa::ExecContext& c) {
          return pipeline.run_logits(path, pipeline.schedule, pipeline.cache_view(), c);
-       }},
+       },
+       path == dsa::LogitsPath::native ? traffic.native_bytes : traffic.per_token_bytes, traffic.flops},
       {"topk", [&](const dsa::ExecContext& c) { return pipeline.run_topk(pipeline.logits_view(), c); }},
       {"index_topk",
        [&](const dsa::ExecContext& c) {
@@ -243,10 +229,7 @@ dsa::Status execute_run(const Options& options, std::FILE* text, Json* document,
 
   // One pass with device-side errors checked after every stage. index_topk
   // runs fused where the backend has a fused pass (the first call finds out).
-  dsa::ExecContext checked = ctx;
-  checked.check_device_errors = gpu;
-
-  for (const Stage& stage : stages) DSA_RETURN_IF_ERROR(in_stage(stage.name, stage.run(checked)));
+  DSA_RETURN_IF_ERROR(run_stages_checked(stages, gpu, ctx));
   shape_json.set("index_topk_strategy", dsa::index_topk_strategy_name(strategy));
   std::fprintf(text, "index_topk strategy: %s\n", dsa::index_topk_strategy_name(strategy));
   std::vector<float> first_logits;
@@ -256,39 +239,7 @@ dsa::Status execute_run(const Options& options, std::FILE* text, Json* document,
   DSA_RETURN_IF_ERROR(download(pipeline.fused_indices, &first_fused));
 
   // Timing: every stage repeated on the outputs of the previous ones.
-  Json& timing_json = document->set("timing", Json::object());
-  timing_json.set("method", gpu ? "CUDA events around the enqueued work (host time excluded, reported apart), median"
-                                 : "std::chrono wall clock, median");
-  timing_json.set("warmup", warmup);
-  timing_json.set("iters", iters);
-  Json& stage_list = timing_json.set("stages", Json::array());
-  std::fprintf(text, "stage times (median of %d run%s, %s):\n", iters, iters == 1 ? "" : "s",
-               gpu ? "CUDA events" : "wall clock");
-  for (const Stage& stage : stages) {
-    RunTimes times;
-    DSA_RETURN_IF_ERROR(in_stage(stage.name, time_runs(gpu, ctx.stream, warmup, iters,
-                                                        [&](int) { return stage.run(ctx); }, &times)));
-    const std::vector<double>& seconds = times.elapsed;
-    const double time = median(seconds);
-    Json& entry = stage_list.push(Json::object());
-    entry.set("name", stage.name);
-    entry.set("median_us", time * 1e6);
-    entry.set("min_us", *std::min_element(seconds.begin(), seconds.end()) * 1e6);
-    std::string note;
-    if (std::string_view(stage.name) == "paged_mqa_logits") {
-      const double bytes = path == dsa::LogitsPath::native ? traffic.native_bytes : traffic.per_token_bytes;
-      note = "  effective " + format_bandwidth(bytes / time) + ", " + format_flop_rate(traffic.flops / time);
-      entry.set("bytes", bytes);
-      entry.set("flops", traffic.flops);
-    }
-    if (gpu) {
-      const double host = median(times.host);
-      entry.set("host_median_us", host * 1e6);
-      note += "  (host " + format_time(host) + " per call)";
-    }
-    std::fprintf(text, "  %-20s %12s%s\n", stage.name, format_time(time).c_str(), note.c_str());
-  }
-  if (gpu) DSA_RETURN_IF_ERROR(in_stage("timed runs", dsa::read_device_error(ctx)));
+  DSA_RETURN_IF_ERROR(time_stages(stages, gpu, ctx, warmup, iters, text, document));
 
   std::vector<std::uint8_t> cache_bytes, q_bytes;
   std::vector<float> weights, logits;
@@ -465,24 +416,9 @@ std::string describe_device(const Target& target) {
 }
 
 int run_command(const Options& options) {
-  std::FILE* text = options.json && options.json_file.empty() ? stderr : stdout;
-  Json document = Json::object();
-  document.set("tool", "dsa-indexer");
-  document.set("command", "run");
-  bool passed = false;
-  const dsa::Status status = execute_run(options, text, &document, &passed);
-  if (!status.ok()) {
-    std::fprintf(stderr, "dsa-indexer: error: %s\n", status.to_string().c_str());
-    document.set("error", status.to_string());
-  }
-  if (options.json) {
-    std::string error;
-    if (!write_json(document, options.json_file, &error)) {
-      std::fprintf(stderr, "dsa-indexer: %s\n", error.c_str());
-      return 1;
-    }
-  }
-  return status.ok() && passed ? 0 : 1;
+  return verified_command(options, "run", [&](std::FILE* text, Json* document, bool* passed) {
+    return execute_run(options, text, document, passed);
+  });
 }
 
 }  // namespace dsa_cli

@@ -1,0 +1,49 @@
+// What the verified commands (the default run, prefill) share: their stages,
+// each one library call run once with device errors checked and then timed,
+// and the frame that reports a command's result and JSON.
+#pragma once
+
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "buffer.hpp"
+#include "dsa/context.hpp"
+#include "dsa/status.hpp"
+#include "json.hpp"
+#include "options.hpp"
+
+namespace dsa_cli {
+
+struct Stage {
+  const char* name;
+  std::function<dsa::Status(const dsa::ExecContext&)> run;
+  double bytes = 0;  // what the call must move, for its effective bandwidth (0: not reported)
+  double flops = 0;  // its arithmetic, for its FLOP rate (0: not reported)
+};
+
+// `status` with the stage's name in front of its message.
+dsa::Status in_stage(const char* stage, dsa::Status status);
+
+template <typename T>
+dsa::Status download(const Buffer& buffer, std::vector<T>* out) {
+  out->resize(buffer.bytes() / sizeof(T));
+  return buffer.download(out->data(), out->size() * sizeof(T));
+}
+
+// Runs every stage once, in order, with device errors checked on a GPU.
+dsa::Status run_stages_checked(const std::vector<Stage>& stages, bool gpu, const dsa::ExecContext& ctx);
+
+// Times every stage (warmup + iters runs each, on the outputs of the
+// previous ones), prints a line per stage and records them under
+// document["timing"].
+dsa::Status time_stages(const std::vector<Stage>& stages, bool gpu, const dsa::ExecContext& ctx, int warmup,
+                        int iters, std::FILE* text, Json* document);
+
+// A verified command's frame: runs `execute` (which reports to `text` and
+// `document` and sets `passed`), prints an error it returns, writes the JSON
+// with --json, and returns the exit code (0 verified, 1 failed or errored).
+int verified_command(const Options& options, const char* command,
+                     const std::function<dsa::Status(std::FILE* text, Json* document, bool* passed)>& execute);
+
+}  // namespace dsa_cli
