@@ -125,20 +125,26 @@ def _paged_mqa_logits(op, q, kv_cache, weights, context_lens, block_table, sched
                                 out_dtype=out_dtype)
 
 
+def _fp8_query(op, q, shape):
+    """q_fp8 of the fp8_fp4 entry points' pair (q_fp8, None); FP4 queries are refused."""
+    if not isinstance(q, (tuple, list)) or len(q) != 2:
+        raise TypeError(f"{op}: q: expected the pair (q_fp8, None), got {type(q).__name__}")
+    if q[1] is not None:
+        raise NotImplementedError(
+            f"{op}: q: FP4 queries (q_fp4, q_sf) are not supported yet; pass (q_fp8, None) "
+            f"with float8_e4m3fn queries {shape}")
+    return q[0]
+
+
 def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta,
                              max_context_len, clean_logits=False, logits_dtype=_FLOAT32,
                              indices=None):
     """Paged MQA logits [B * next_n, max_context_len] of q = (q_fp8, None) (see the module
     docstring)."""
     op = "fp8_fp4_paged_mqa_logits"
-    if not isinstance(q, (tuple, list)) or len(q) != 2:
-        raise TypeError(f"{op}: q: expected the pair (q_fp8, None), got {type(q).__name__}")
-    if q[1] is not None:
-        raise NotImplementedError(
-            f"{op}: q: FP4 queries (q_fp4, q_sf) are not supported yet; pass (q_fp8, None) "
-            f"with float8_e4m3fn queries [B, next_n, H, D]")
+    q_fp8 = _fp8_query(op, q, "[B, next_n, H, D]")
     _refuse_indices(op, indices)
-    return _paged_mqa_logits(op, q[0], kv_cache, weights, context_lens, block_table,
+    return _paged_mqa_logits(op, q_fp8, kv_cache, weights, context_lens, block_table,
                              schedule_meta, max_context_len, clean_logits, logits_dtype)
 
 
@@ -182,13 +188,7 @@ def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, cle
     """MQA logits of q = (q_fp8, None) against kv = (keys, key_scales), row i over the keys
     [cu_seq_len_k_start[i], cu_seq_len_k_end[i]) (see the module docstring)."""
     op = "fp8_fp4_mqa_logits"
-    if not isinstance(q, (tuple, list)) or len(q) != 2:
-        raise TypeError(f"{op}: q: expected the pair (q_fp8, None), got {type(q).__name__}")
-    if q[1] is not None:
-        raise NotImplementedError(
-            f"{op}: q: FP4 queries (q_fp4, q_sf) are not supported yet; pass (q_fp8, None) "
-            f"with float8_e4m3fn queries [S, H, D]")
-    return _mqa_logits(op, q[0], kv, weights, cu_seq_len_k_start, cu_seq_len_k_end,
+    return _mqa_logits(op, _fp8_query(op, q, "[S, H, D]"), kv, weights, cu_seq_len_k_start, cu_seq_len_k_end,
                        clean_logits, max_seqlen_k, logits_dtype)
 
 
