@@ -338,28 +338,9 @@ dsa::Status execute_prefill(const Options& options, std::FILE* text, Json* docum
                wrong == 0 ? "-inf outside every row's range"
                           : format("%lld columns outside the ranges are not -inf", static_cast<long long>(wrong)));
   }
-  {
-    const TopkCheck result = check_topk(got_indices.data(), ref_indices.data(), k, ref_logits.data(), stride,
-                                        in.lengths.data(), seq, k, tolerance);
-    Json& entry = checks.add(
-        "topk vs reference", result.passed(),
-        format("%lld/%lld rows identical, %lld near-tie swaps, %lld unexplained, %lld malformed rows, "
-               "worst order violation %.1e of row rms (allowed %.0e)",
-               static_cast<long long>(result.identical_rows), static_cast<long long>(result.rows),
-               static_cast<long long>(result.near_tie_swaps), static_cast<long long>(result.unexplained_swaps),
-               static_cast<long long>(result.malformed_rows), result.worst_order_violation, result.allowed_violation));
-    entry.set("identical_rows", result.identical_rows);
-    entry.set("near_tie_swaps", result.near_tie_swaps);
-    entry.set("unexplained_swaps", result.unexplained_swaps);
-    entry.set("malformed_rows", result.malformed_rows);
-    entry.set("worst_order_violation", result.worst_order_violation);
-  }
-  {
-    const std::int64_t differing = rows_with_different_sets(got_indices.data(), own_selection.data(), k, seq, k);
-    checks.add("topk of its own logits", differing == 0,
-               differing == 0 ? "exact selection (tie rule included) in every row"
-                              : format("%lld rows differ from the exact selection", static_cast<long long>(differing)));
-  }
+  add_topk_checks(checks, check_topk(got_indices.data(), ref_indices.data(), k, ref_logits.data(), stride,
+                                        in.lengths.data(), seq, k, tolerance),
+                  rows_with_different_sets(got_indices.data(), own_selection.data(), k, seq, k));
   {
     const bool logits_same = std::memcmp(first_logits.data(), got_logits.data(), got_logits.size() * sizeof(float)) == 0;
     const bool indices_same = first_indices == got_indices;
@@ -369,14 +350,7 @@ dsa::Status execute_prefill(const Options& options, std::FILE* text, Json* docum
                    : std::string(logits_same ? "indices" : "logits") + " changed between runs");
   }
 
-  *passed = checks.all_passed();
-  Json& verification = document->set("verification", Json::object());
-  verification.set("reference", "cpu_reference, float64 accumulation");
-  verification.set("passed", *passed);
-  verification.set("checks", checks.json());
-  std::fprintf(text, "verification against cpu-reference (float64):\n");
-  checks.print(text);
-  std::fprintf(text, "result: %s\n", *passed ? "PASS" : "FAIL");
+  report_verification(checks, text, document, passed);
   return {};
 }
 

@@ -62,6 +62,36 @@ dsa::Status time_stages(const std::vector<Stage>& stages, bool gpu, const dsa::E
   return {};
 }
 
+void add_topk_checks(CheckList& checks, const TopkCheck& result, std::int64_t differing_from_own) {
+  Json& entry = checks.add(
+      "topk vs reference", result.passed(),
+      format("%lld/%lld rows identical, %lld near-tie swaps, %lld unexplained, %lld malformed rows, "
+             "worst order violation %.1e of row rms (allowed %.0e)",
+             static_cast<long long>(result.identical_rows), static_cast<long long>(result.rows),
+             static_cast<long long>(result.near_tie_swaps), static_cast<long long>(result.unexplained_swaps),
+             static_cast<long long>(result.malformed_rows), result.worst_order_violation, result.allowed_violation));
+  entry.set("identical_rows", result.identical_rows);
+  entry.set("near_tie_swaps", result.near_tie_swaps);
+  entry.set("unexplained_swaps", result.unexplained_swaps);
+  entry.set("malformed_rows", result.malformed_rows);
+  entry.set("worst_order_violation", result.worst_order_violation);
+  checks.add("topk of its own logits", differing_from_own == 0,
+             differing_from_own == 0
+                 ? "exact selection (tie rule included) in every row"
+                 : format("%lld rows differ from the exact selection", static_cast<long long>(differing_from_own)));
+}
+
+void report_verification(const CheckList& checks, std::FILE* text, Json* document, bool* passed) {
+  *passed = checks.all_passed();
+  Json& verification = document->set("verification", Json::object());
+  verification.set("reference", "cpu_reference, float64 accumulation");
+  verification.set("passed", *passed);
+  verification.set("checks", checks.json());
+  std::fprintf(text, "verification against cpu-reference (float64):\n");
+  checks.print(text);
+  std::fprintf(text, "result: %s\n", *passed ? "PASS" : "FAIL");
+}
+
 int verified_command(const Options& options, const char* command,
                      const std::function<dsa::Status(std::FILE* text, Json* document, bool* passed)>& execute) {
   std::FILE* text = options.json && options.json_file.empty() ? stderr : stdout;

@@ -12,6 +12,8 @@
 #include "dsa/status.hpp"
 #include "json.hpp"
 #include "options.hpp"
+#include "report.hpp"
+#include "verify.hpp"
 
 namespace dsa_cli {
 
@@ -39,6 +41,15 @@ dsa::Status run_stages_checked(const std::vector<Stage>& stages, bool gpu, const
 // document["timing"].
 dsa::Status time_stages(const std::vector<Stage>& stages, bool gpu, const dsa::ExecContext& ctx, int warmup,
                         int iters, std::FILE* text, Json* document);
+
+// The top-k checks of both commands: the selection against the reference's
+// (near ties allowed), and against the exact selection of the backend's own
+// logits (`differing_from_own` rows differ).
+void add_topk_checks(CheckList& checks, const TopkCheck& against_reference, std::int64_t differing_from_own);
+
+// Records the checks under document["verification"], prints them and the
+// result, and sets *passed.
+void report_verification(const CheckList& checks, std::FILE* text, Json* document, bool* passed);
 
 // A verified command's frame: runs `execute` (which reports to `text` and
 // `document` and sets `passed`), prints an error it returns, writes the JSON
