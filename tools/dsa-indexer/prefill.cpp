@@ -31,10 +31,6 @@ constexpr std::int64_t kCpuPrefix = 1024;
 constexpr std::int64_t kGpuPrefix = 8192;
 constexpr int kCpuIters = 3;
 constexpr int kGpuIters = 20;
-constexpr int kGpuWarmup = 3;
-// The default run's logits error budget (see run.cpp).
-constexpr double kCpuTolerance = 1e-4;
-constexpr double kGpuTolerance = 1e-2;
 constexpr int kStorePage = 64;  // pages of the host cache the keys are quantized through
 
 template <typename T>
