@@ -131,15 +131,9 @@ dsa::Status reference_logits(PrefillInputs& in, std::int64_t seq, int heads, std
   dsa::ExecContext ctx;
   ctx.backend = dsa::Backend::cpu_reference;
   ctx.reference_float64 = true;
-  const std::int64_t slices = std::clamp<std::int64_t>(std::thread::hardware_concurrency(), 1, seq);
-  std::vector<dsa::Status> results(static_cast<std::size_t>(slices));
-  std::vector<std::thread> threads;
-  for (std::int64_t s = 0; s < slices; ++s) {
-    threads.emplace_back([&, s] {
-      const std::int64_t first = seq * s / slices;
-      const std::int64_t rows = seq * (s + 1) / slices - first;
-      if (rows == 0) return;
-      results[static_cast<std::size_t>(s)] = dsa::mqa_logits(
+  return run_in_slices(seq, [&](std::int64_t first, std::int64_t end) {
+    const std::int64_t rows = end - first;
+    return dsa::mqa_logits(
           dsa::make_view(in.q.data() + first * heads * dim, dsa::DType::float8_e4m3, {rows, heads, dim}),
           dsa::make_view(in.keys.data(), dsa::DType::float8_e4m3, {kv, dim}),
           dsa::make_view(in.key_scales.data(), dsa::DType::float32, {kv}),
@@ -148,11 +142,7 @@ dsa::Status reference_logits(PrefillInputs& in, std::int64_t seq, int heads, std
           dsa::make_view(in.ke.data() + first, dsa::DType::int32, {rows}),
           dsa::make_view(logits->data() + first * stride, dsa::DType::float32, {rows, width}, {stride, 1}), options,
           ctx);
-    });
-  }
-  for (auto& thread : threads) thread.join();
-  for (const dsa::Status& status : results) DSA_RETURN_IF_ERROR(status);
-  return {};
+  });
 }
 
 dsa::Status execute_prefill(const Options& options, std::FILE* text, Json* document, bool* passed) {
@@ -233,11 +223,7 @@ dsa::Status execute_prefill(const Options& options, std::FILE* text, Json* docum
   if (!compressed) topk_options.row_starts = ks_view;
   topk_options.position_offsets = ks_view;
 
-  const std::string device_text = describe_device(target);
-  Json& backend_json = document->set("backend", Json::object());
-  backend_json.set("requested", backend_choice_name(options.backend));
-  backend_json.set("library_backend", dsa::backend_name(target.backend));
-  backend_json.set("device", device_text);
+  const std::string device_text = report_backend(options, target, document);
   Json& shape_json = document->set("workload", Json::object());
   shape_json.set("seq", seq);
   shape_json.set("prefix", prefix);

@@ -67,19 +67,9 @@ dsa::Status reference_logits_slice(const Pipeline& ref, std::int64_t first, std:
 // The reference logits, requests spread over the hardware threads (rows are
 // independent, so slicing the batch changes nothing but the wall time).
 dsa::Status reference_logits(const Pipeline& ref, const dsa::ExecContext& ctx) {
-  const std::int64_t batch = ref.shape().batch;
-  const std::int64_t slices = std::clamp<std::int64_t>(std::thread::hardware_concurrency(), 1, batch);
-  std::vector<dsa::Status> results(static_cast<std::size_t>(slices));
-  std::vector<std::thread> threads;
-  for (std::int64_t s = 0; s < slices; ++s) {
-    threads.emplace_back([&, s] {
-      results[static_cast<std::size_t>(s)] =
-          reference_logits_slice(ref, batch * s / slices, batch * (s + 1) / slices, ctx);
-    });
-  }
-  for (auto& thread : threads) thread.join();
-  for (const dsa::Status& status : results) DSA_RETURN_IF_ERROR(status);
-  return {};
+  return run_in_slices(ref.shape().batch, [&](std::int64_t first, std::int64_t end) {
+    return reference_logits_slice(ref, first, end, ctx);
+  });
 }
 
 double max_relative_difference(const std::vector<float>& actual, const std::vector<float>& reference) {
@@ -165,11 +155,7 @@ dsa::Status execute_run(const Options& options, std::FILE* text, Json* document,
     ctx.workspace = {workspace.data(), workspace.bytes()};
   }
 
-  const std::string device_text = describe_device(target);
-  Json& backend_json = document->set("backend", Json::object());
-  backend_json.set("requested", backend_choice_name(options.backend));
-  backend_json.set("library_backend", dsa::backend_name(target.backend));
-  backend_json.set("device", device_text);
+  const std::string device_text = report_backend(options, target, document);
   Json& shape_json = document->set("workload", Json::object());
   shape_json.set("batch", shape.batch);
   shape_json.set("next_n", shape.next_n);

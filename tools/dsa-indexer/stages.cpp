@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <thread>
 
 #include "dsa/dsa.hpp"
 #include "report.hpp"
@@ -60,6 +61,33 @@ dsa::Status time_stages(const std::vector<Stage>& stages, bool gpu, const dsa::E
   }
   if (gpu) DSA_RETURN_IF_ERROR(in_stage("timed runs", dsa::read_device_error(ctx)));
   return {};
+}
+
+dsa::Status run_in_slices(std::int64_t count,
+                          const std::function<dsa::Status(std::int64_t first, std::int64_t end)>& slice) {
+  const std::int64_t slices =
+      std::clamp<std::int64_t>(std::thread::hardware_concurrency(), 1, std::max<std::int64_t>(count, 1));
+  std::vector<dsa::Status> results(static_cast<std::size_t>(slices));
+  std::vector<std::thread> threads;
+  for (std::int64_t s = 0; s < slices; ++s) {
+    threads.emplace_back([&, s] {
+      const std::int64_t first = count * s / slices;
+      const std::int64_t end = count * (s + 1) / slices;
+      if (end > first) results[static_cast<std::size_t>(s)] = slice(first, end);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (const dsa::Status& status : results) DSA_RETURN_IF_ERROR(status);
+  return {};
+}
+
+std::string report_backend(const Options& options, const Target& target, Json* document) {
+  const std::string device_text = describe_device(target);
+  Json& backend_json = document->set("backend", Json::object());
+  backend_json.set("requested", backend_choice_name(options.backend));
+  backend_json.set("library_backend", dsa::backend_name(target.backend));
+  backend_json.set("device", device_text);
+  return device_text;
 }
 
 void add_topk_checks(CheckList& checks, const TopkCheck& result, std::int64_t differing_from_own) {

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "buffer.hpp"
@@ -13,6 +14,7 @@
 #include "json.hpp"
 #include "options.hpp"
 #include "report.hpp"
+#include "run.hpp"
 #include "verify.hpp"
 
 namespace dsa_cli {
@@ -50,6 +52,16 @@ dsa::Status run_stages_checked(const std::vector<Stage>& stages, bool gpu, const
 // document["timing"].
 dsa::Status time_stages(const std::vector<Stage>& stages, bool gpu, const dsa::ExecContext& ctx, int warmup,
                         int iters, std::FILE* text, Json* document);
+
+// Runs slice(first, end) over [0, count) split into one slice per hardware
+// thread, at once, and returns the first error: the float64 references' rows
+// are independent, so slicing them changes nothing but the wall time.
+dsa::Status run_in_slices(std::int64_t count,
+                          const std::function<dsa::Status(std::int64_t first, std::int64_t end)>& slice);
+
+// Records the requested and the resolved backend and the device under
+// document["backend"]; returns the device's description.
+std::string report_backend(const Options& options, const Target& target, Json* document);
 
 // The top-k checks of both commands: the selection against the reference's
 // (near ties allowed), and against the exact selection of the backend's own
