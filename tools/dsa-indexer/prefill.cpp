@@ -7,7 +7,6 @@
 #include <functional>
 #include <limits>
 #include <numeric>
-#include <thread>
 #include <vector>
 
 #include "buffer.hpp"
