@@ -64,9 +64,9 @@ bool hopper_candidate(Device device, const ExecContext& ctx) {
          cuda::hopper_available(device.index);
 }
 
-// The page size takes no part, so that plan_schedule, which sees no cache,
-// resolves `automatic` as the scoring call does; where the Hopper kernels do
-// not read the cache's pages, the generic kernels serve either path.
+// The page size takes no part (the Hopper kernels read both), so that
+// plan_schedule, which sees no cache, resolves `automatic` as the scoring
+// call does.
 LogitsPath resolve_path(LogitsPath requested, std::int64_t next_n, std::int64_t heads, int head_dim,
                         Device device, const ExecContext& ctx) {
   if (requested != LogitsPath::automatic) return requested;
@@ -85,14 +85,8 @@ Status select_scoring_engine(const char* op, const detail::LogitsProblem& p, con
                              Engine* engine) {
   DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, engine));
   if (!is_cuda_engine(*engine)) return Status::success();
-  if (ctx.backend == Backend::cuda_hopper && p.cache.page_tokens != cuda::kHopperPageTokens) {
-    return {ErrorCode::unsupported,
-            std::string(op) + ": ctx.backend: cuda_hopper reads caches of " +
-                std::to_string(cuda::kHopperPageTokens) + "-token pages only, this one has " +
-                std::to_string(p.cache.page_tokens) + "-token pages; use automatic or cuda_generic"};
-  }
   const bool hopper_serves =
-      hopper_candidate(p.device, ctx) && p.cache.page_tokens == cuda::kHopperPageTokens &&
+      hopper_candidate(p.device, ctx) &&
       cuda::hopper_supports_native(p.rows_per_unit(), static_cast<int>(p.heads), p.head_dim);
   if (ctx.backend == Backend::cuda_hopper && !hopper_serves) {
     return {ErrorCode::unsupported,
@@ -376,14 +370,9 @@ Status index_topk(const TensorView& q, const TensorView& key_cache, const Tensor
   const bool on_cuda = is_cuda_engine(engine);
   const bool fused = on_cuda ? fused_on_cuda(options.strategy) : fused_on_cpu(options.strategy);
   if (fused && engine == Engine::cuda_generic) {
-    const int page_tokens = p.logits.cache.page_tokens;
     return {ErrorCode::unsupported,
             "index_topk: strategy: the fused pass on CUDA runs on the Hopper kernels only (sm_90, "
-            "H in {32, 64}, D == 128, " + std::to_string(cuda::kHopperPageTokens) + "-token pages" +
-                (page_tokens == cuda::kHopperPageTokens
-                     ? std::string()
-                     : "; this cache has " + std::to_string(page_tokens) + "-token pages") +
-                "); use automatic or logits_then_topk"};
+            "H in {32, 64}, D == 128); use automatic or logits_then_topk"};
   }
   p.fused = fused;
   if (!on_cuda) return run_cpu(op, [&] { return cpu::index_topk(p, engine == Engine::cpu_parallel, ctx); });

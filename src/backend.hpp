@@ -69,10 +69,10 @@ class OperationScope {
   DeviceGuard device_;
 };
 
-// Tokens per cache page the Hopper kernels (and the fused index_topk pieces
-// they feed) are compiled for; caches of other page sizes go to the generic
-// kernels.
-inline constexpr int kHopperPageTokens = 64;
+// Key positions one pipeline stage of the Hopper kernels (and of the fused
+// index_topk pieces they feed) holds: one 64-token cache page or two
+// 32-token ones.
+inline constexpr int kStageTokens = 64;
 // All are stream-ordered on ctx.stream, allocation-free, and use
 // ctx.workspace (its first kDeviceErrorRecordBytes hold the error record).
 // They run inside the call's OperationScope, so one may call another

@@ -9,16 +9,14 @@ namespace dsa {
 
 enum class Backend {
   // CUDA when the tensors live on a CUDA device (the Hopper kernels on sm_90
-  // devices for the shapes and 64-token pages they serve, the generic kernels
-  // otherwise); the
+  // devices for the shapes they serve, the generic kernels otherwise); the
   // multithreaded CPU backend when they live in host memory.
   automatic,
   cpu_reference,  // straightforward single-threaded loops; the semantic reference
   cpu,            // multithreaded CPU path: keys scored in SIMD blocks, with fused
                   // multiply-adds where the processor has them
   cuda_generic,   // CUDA kernels that run on any GPU the toolkit supports
-  cuda_hopper,    // sm_90a kernels (wgmma, bulk copies); CUDA only on compute capability 9.0,
-                  // caches of 64-token pages only
+  cuda_hopper,    // sm_90a kernels (wgmma, bulk copies); CUDA only on compute capability 9.0
 };
 
 const char* backend_name(Backend backend) noexcept;

@@ -16,7 +16,7 @@ struct LogitsOptions {
   bool clean_logits = false;
   LogitsPath path = LogitsPath::automatic;
   // Tokens per cache page: 0 (from the view), 32 or 64; see "Page size" in
-  // dsa/cache.hpp. The Hopper backend reads 64-token pages only.
+  // dsa/cache.hpp.
   int page_size = 0;
 };
 

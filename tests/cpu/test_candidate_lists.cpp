@@ -20,7 +20,7 @@ namespace lists = dsa::detail::cuda;
 std::int64_t most_offered(std::int64_t length, int parts) {
   std::vector<std::int64_t> offered(static_cast<std::size_t>(parts), 0);
   for (std::int64_t position = 0; position < length; ++position) {
-    const std::int64_t pair = position / lists::kHopperPageTokens / 2;
+    const std::int64_t pair = position / lists::kStageTokens / 2;
     ++offered[static_cast<std::size_t>(pair % parts)];
   }
   return *std::max_element(offered.begin(), offered.end());
@@ -34,7 +34,7 @@ TEST(CandidateLists, WithoutThresholdsAListHoldsItsWholePartAndRoomForAnOffer) {
       ASSERT_FALSE(lists::sampled_call(length)) << length;
       const int capacity = lists::list_capacity(rows_per_unit, length);
       // A list compacts once it holds more than capacity - one offer.
-      const std::int64_t room = capacity - lists::kPagesPerOffer * lists::kHopperPageTokens;
+      const std::int64_t room = capacity - lists::kPagesPerOffer * lists::kStageTokens;
       EXPECT_GE(room, most_offered(length, parts)) << rows_per_unit << " rows, " << length;
       EXPECT_GE(capacity, 2 * dsa::kMaxTopk) << rows_per_unit << " rows, " << length;
       // The documented bound: about 8 bytes a position of the row.

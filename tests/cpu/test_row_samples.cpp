@@ -30,11 +30,11 @@ TEST(RowSamples, RunsOfAdjacentTokensFromEveryOtherPageWhileTheyFit) {
     std::set<std::int64_t> starts_of_16_pages;
     for (std::int64_t ordinal = 0; ordinal < sampled_pages; ++ordinal) {
       const std::int64_t first = positions[ordinal * sampling::kSampleTokensPerPage];
-      EXPECT_EQ(first / sampling::kHopperPageTokens, 2 * ordinal);
+      EXPECT_EQ(first / sampling::kStageTokens, 2 * ordinal);
       for (int i = 1; i < sampling::kSampleTokensPerPage; ++i) {
         EXPECT_EQ(positions[ordinal * sampling::kSampleTokensPerPage + i], first + i) << ordinal;
       }
-      if (ordinal < 16) starts_of_16_pages.insert(first % sampling::kHopperPageTokens);
+      if (ordinal < 16) starts_of_16_pages.insert(first % sampling::kStageTokens);
     }
     // The run moves from sampled page to sampled page: 16 of them start it at 16 offsets.
     if (sampled_pages >= 16) EXPECT_EQ(starts_of_16_pages.size(), 16u) << pages;
@@ -57,8 +57,8 @@ TEST(RowSamples, PositionsFollowTheMapsFormula) {
         << pages;
     for (std::int32_t u = 0; u < map.count; ++u) {
       const std::int64_t ordinal = u / per_page;
-      const std::int64_t token = ordinal % (sampling::kHopperPageTokens / per_page) * per_page + u % per_page;
-      ASSERT_EQ(sampling::sample_position(map, u), ordinal * map.page_step * sampling::kHopperPageTokens + token)
+      const std::int64_t token = ordinal % (sampling::kStageTokens / per_page) * per_page + u % per_page;
+      ASSERT_EQ(sampling::sample_position(map, u), ordinal * map.page_step * sampling::kStageTokens + token)
           << pages << " " << u;
     }
   }
@@ -70,7 +70,7 @@ TEST(RowSamples, PositionsGrowAndStayInsideTheUnit) {
     EXPECT_LE(map.count, sampling::kSampleCapacity) << pages;
     const std::vector<std::int64_t> positions = positions_of(map);
     for (std::size_t i = 0; i < positions.size(); ++i) {
-      EXPECT_LT(positions[i], pages * sampling::kHopperPageTokens) << pages;
+      EXPECT_LT(positions[i], pages * sampling::kStageTokens) << pages;
       if (i > 0) EXPECT_GT(positions[i], positions[i - 1]) << pages << " sample " << i;
     }
   }

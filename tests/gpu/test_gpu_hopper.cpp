@@ -209,6 +209,13 @@ std::vector<HopperCase> hopper_cases() {
     s.extreme_products = true;
     add("extreme_products_h" + std::to_string(heads), s);
   }
+  // Every case again on 32-token pages: a stage holds two of them.
+  const std::size_t on_64_token_pages = cases.size();
+  for (std::size_t i = 0; i < on_64_token_pages; ++i) {
+    HopperCase c = cases[i];
+    c.spec.page_tokens = 32;
+    add("p32_" + c.name, c.spec, c.call);
+  }
   return cases;
 }
 
@@ -288,44 +295,44 @@ TEST(GpuHopperShapes, UnservedShapesAreUnsupported) {
   }
 }
 
-// 32-token pages: cuda_hopper refuses them by name (for the logits and for
-// index_topk), and automatic scores them on the generic kernels, bit for bit.
-TEST(GpuHopperShapes, Page32GoesToTheGenericKernels) {
+// 32-token pages: cuda_hopper serves them (the logits and the fused
+// index_topk), and automatic picks it, bit for bit.
+TEST(GpuHopperShapes, Page32OnTheHopperKernels) {
   DSA_REQUIRE_HOPPER();
   const Workload w = make_workload(WorkloadSpec{.batch = 3, .next_n = 2, .max_prefix = 500, .page_tokens = 32,
                                                 .seed = 32});
   const DeviceWorkload dw(w);
   GpuContext hopper(Backend::cuda_hopper, 0);
-  const HopperRun refused = run_hopper(dw, CallShape{}, hopper.ctx);
-  EXPECT_EQ(refused.status.code(), dsa::ErrorCode::unsupported) << refused.status.to_string();
-  EXPECT_NE(refused.status.message().find("64-token pages"), std::string::npos) << refused.status.message();
+  hopper.ctx.check_device_errors = true;
+  GpuContext automatic(Backend::automatic, 0);
+  automatic.ctx.check_device_errors = true;
+  const HopperRun from_hopper = run_hopper(dw, CallShape{}, hopper.ctx);
+  const HopperRun from_automatic = run_hopper(dw, CallShape{}, automatic.ctx);
+  DSA_GPU_ASSERT_OK(from_hopper.status);
+  DSA_GPU_ASSERT_OK(from_automatic.status);
+  EXPECT_TRUE(logits_match(w, w.reference(), from_hopper.bytes, DType::float32, from_hopper.stride, true,
+                           logits_tolerance(Backend::cuda_hopper)));
+  EXPECT_EQ(from_automatic.bytes, from_hopper.bytes);
 
   dsa::IndexTopkOptions options;
   options.k = 64;
   options.path = LogitsPath::native;
-  options.strategy = dsa::IndexTopkStrategy::logits_then_topk;
-  GpuContext hopper_topk(Backend::cuda_hopper, dsa::index_topk_workspace_bytes(w.rows(), w.max_context_len,
-                                                                               options, hopper.ctx));
-  const dsa::DeviceBuffer schedule = plan_on_device(dw, workers_for(hopper_topk.ctx), LogitsPath::native,
-                                                    hopper_topk.ctx);
-  const dsa::DeviceBuffer indices = device_filled(4 * w.rows() * options.k, 0xFF);
-  const dsa::Status topk_status = dsa::index_topk(
-      dw.q_view(), dw.cache_view(), dw.weights_view(), dw.lens_view(), dw.block_table_view(),
-      schedule_view(schedule), w.max_context_len, dw.causal_view(),
-      device_view(indices, DType::int32, {w.rows(), options.k}), options, hopper_topk.ctx);
-  EXPECT_EQ(topk_status.code(), dsa::ErrorCode::unsupported) << topk_status.to_string();
-
-  GpuContext automatic(Backend::automatic, 0);
-  automatic.ctx.check_device_errors = true;
-  GpuContext generic(Backend::cuda_generic, 0);
-  generic.ctx.check_device_errors = true;
-  const HopperRun from_automatic = run_hopper(dw, CallShape{}, automatic.ctx);
-  const HopperRun from_generic = run_hopper(dw, CallShape{}, generic.ctx);
-  DSA_GPU_ASSERT_OK(from_automatic.status);
-  DSA_GPU_ASSERT_OK(from_generic.status);
-  EXPECT_TRUE(logits_match(w, w.reference(), from_automatic.bytes, DType::float32, from_automatic.stride, true,
-                           logits_tolerance(Backend::cuda_generic)));
-  EXPECT_EQ(from_automatic.bytes, from_generic.bytes);
+  options.physical_slots = true;
+  std::vector<std::vector<std::int32_t>> selections;
+  for (auto strategy : {dsa::IndexTopkStrategy::fused, dsa::IndexTopkStrategy::logits_then_topk}) {
+    options.strategy = strategy;
+    GpuContext gpu(Backend::cuda_hopper,
+                   dsa::index_topk_workspace_bytes(w.rows(), w.max_context_len, options, hopper.ctx));
+    gpu.ctx.check_device_errors = true;
+    const dsa::DeviceBuffer schedule = plan_on_device(dw, workers_for(gpu.ctx), LogitsPath::native, gpu.ctx);
+    const dsa::DeviceBuffer indices = device_filled(4 * w.rows() * options.k, 0xFF);
+    DSA_GPU_ASSERT_OK(dsa::index_topk(dw.q_view(), dw.cache_view(), dw.weights_view(), dw.lens_view(),
+                                      dw.block_table_view(), schedule_view(schedule), w.max_context_len,
+                                      dw.causal_view(), device_view(indices, DType::int32, {w.rows(), options.k}),
+                                      options, gpu.ctx));
+    selections.push_back(host_copy<std::int32_t>(indices));
+  }
+  EXPECT_EQ(selections[0], selections[1]);  // the fused pass selects exactly what the staged one does
 }
 
 // ---- Data-dependent errors ------------------------------------------------------

@@ -348,8 +348,7 @@ Options of the default run:
   --spread F      lengths uniform in +-F around the average, 0 <= F < 1 (default 0.3)
   --next-n N      draft tokens per request, 1..8 (default 2)
   --heads N       indexer heads H, 1..256 (default 64; the Hopper kernels serve 32 and 64)
-  --page-size P   tokens per cache page, 32 or 64 (default 64; the Hopper kernels read 64;
-                  with 32 a GPU run scores on the generic kernels)
+  --page-size P   tokens per cache page, 32 or 64 (default 64)
   --k N           top-k, 1..2048 (default 2048)
   --path P        auto | native | per-token: how the logits kernel reads the cache
   --seed N        random seed of the workload (default 1)

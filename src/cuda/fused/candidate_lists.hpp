@@ -54,7 +54,7 @@ inline constexpr int kPagesPerOffer = 2;
 DSA_HD constexpr int list_capacity(int rows_per_unit, std::int64_t max_context_len) {
   const int parts = list_parts(rows_per_unit);
   if (sampled_call(max_context_len)) return parts < kListWriters ? 3 * kMaxTopk : 2 * kMaxTopk;
-  constexpr std::int64_t kOfferPositions = kPagesPerOffer * kHopperPageTokens;
+  constexpr std::int64_t kOfferPositions = kPagesPerOffer * kStageTokens;
   const std::int64_t offers = (max_context_len + kOfferPositions - 1) / kOfferPositions;
   const std::int64_t whole = ((offers + parts - 1) / parts + 1) * kOfferPositions;
   return static_cast<int>(whole > 2 * kMaxTopk ? whole : 2 * kMaxTopk);

@@ -257,7 +257,7 @@ __device__ void offer_pages(const float* const (&page_logits)[kPages], std::int6
                             int k, int keep_limit, int capacity, int* histogram,
                             UnitLists<kRows>& unit) {
   constexpr int kParts = UnitLists<kRows>::kParts;
-  if (kParts > 1 && part_of_page<kParts>(first_position / kHopperPageTokens) != unit.part()) return;
+  if (kParts > 1 && part_of_page<kParts>(first_position / kStageTokens) != unit.part()) return;
   const int lane = static_cast<int>(threadIdx.x) & 31;
 #pragma unroll
   for (int r = 0; r < UnitLists<kRows>::kMine; ++r) {
@@ -267,11 +267,11 @@ __device__ void offer_pages(const float* const (&page_logits)[kPages], std::int6
     std::int64_t positions[kPages];
 #pragma unroll
     for (int i = 0; i < kPages; ++i) {
-      values[i] = reinterpret_cast<const float2*>(page_logits[i] + unit.draft_row(r) * kHopperPageTokens)[lane];
-      positions[i] = first_position + i * kHopperPageTokens + 2 * lane;
+      values[i] = reinterpret_cast<const float2*>(page_logits[i] + unit.draft_row(r) * kStageTokens)[lane];
+      positions[i] = first_position + i * kStageTokens + 2 * lane;
     }
     offer(list, values, positions, unit.limit[r]);
-    if (list.count > capacity - kPagesPerOffer * kHopperPageTokens) {  // room for the next offer
+    if (list.count > capacity - kPagesPerOffer * kStageTokens) {  // room for the next offer
       __syncwarp();  // the appended ranks are visible to every lane
       const Rank lo = topk_impl::rank_of(warp_min(list.lowest_key), 0xffffffffu);
       const Rank hi = topk_impl::rank_of(warp_max(list.highest_key), 0u);

@@ -20,7 +20,7 @@ namespace {
 
 // The most tiles of sampled tokens a unit has.
 int most_sample_tiles(std::int64_t max_context_len) {
-  const std::int64_t samples = most_samples(pages_for_length(max_context_len, kHopperPageTokens));
+  const std::int64_t samples = most_samples(pages_for_length(max_context_len, kStageTokens));
   return static_cast<int>((samples + kSampleTileTokens - 1) / kSampleTileTokens);
 }
 

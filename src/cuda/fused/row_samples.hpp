@@ -88,8 +88,8 @@ DSA_HD std::int64_t most_samples(std::int64_t pages) {
 DSA_HD std::int64_t sample_position(const SampleMap& map, std::int32_t u) {
   const std::int32_t ordinal = u >> map.per_page_shift;
   const std::int64_t page = std::int64_t{ordinal} * map.page_step;
-  const int runs_mask = (kHopperPageTokens >> map.per_page_shift) - 1;  // runs a page holds, less one
-  return page * kHopperPageTokens + ((ordinal & runs_mask) << map.per_page_shift) + (u & (map.per_page() - 1));
+  const int runs_mask = (kStageTokens >> map.per_page_shift) - 1;  // runs a page holds, less one
+  return page * kStageTokens + ((ordinal & runs_mask) << map.per_page_shift) + (u & (map.per_page() - 1));
 }
 
 // Samples of the map below `limit` (a prefix), by bisection.

@@ -29,9 +29,9 @@ template <int kRows, int kHeads>
 struct SampleLayout {
   static constexpr int kQueryBytes = kRows * kHeads * kHeadDim;
   static constexpr int keys = 0;  // kSampleStages tiles, 1024-byte aligned
-  static constexpr int queries = keys + kSampleStages * kPageKeyBytes;
+  static constexpr int queries = keys + kSampleStages * kStageKeyBytes;
   static constexpr int scales = queries + kQueryBytes;  // kSampleStages tiles' [64]
-  static constexpr int weights = scales + kSampleStages * kPageScaleBytes;
+  static constexpr int weights = scales + kSampleStages * kStageScaleBytes;
   static constexpr int tile_logits = weights + kRows * kHeads * 4;
   static constexpr int barrier = tile_logits + kRows * kSampleTileTokens * 4;
   static constexpr int bytes = barrier + 8;
@@ -41,7 +41,7 @@ struct SampleLayout {
 
 // A thread's share of a tile's gather: thread q of every 8 copies 16 bytes
 // of one token (the first of them its scale too), kGatherPieces tokens.
-inline constexpr int kGatherPieces = kPageKeyBytes / 16 / kSampleThreads;
+inline constexpr int kGatherPieces = kStageKeyBytes / 16 / kSampleThreads;
 __device__ __forceinline__ int gather_row(int i) {
   return (static_cast<int>(threadIdx.x) + kSampleThreads * i) / 8;
 }
@@ -56,7 +56,7 @@ __device__ __forceinline__ void load_sample_pages(const LogitsKernelParams& p, c
 #pragma unroll
   for (int i = 0; i < kGatherPieces; ++i) {
     const std::int32_t u = tile * kSampleTileTokens + gather_row(i);
-    pages[i] = u < map.count ? __ldg(table + sample_position(map, u) / kHopperPageTokens) : -1;
+    pages[i] = u < map.count ? __ldg(table + sample_position(map, u) / p.page_tokens) : -1;
   }
 }
 
@@ -74,10 +74,11 @@ __device__ __forceinline__ void gather_sample_tile(const LogitsKernelParams& p, 
     unsigned char* destination = keys + row * kHeadDim + ((chunk ^ (row & 7)) * 16);
     if (pages[i] >= 0 && pages[i] < p.num_pages) {
       const unsigned char* page_base = p.cache_base + pages[i] * p.page_stride;
-      const int token = static_cast<int>(sample_position(map, tile * kSampleTileTokens + row) % kHopperPageTokens);
+      const int token = static_cast<int>(sample_position(map, tile * kSampleTileTokens + row) % p.page_tokens);
       ptx::cp_async<16>(destination, page_base + token * kHeadDim + chunk * 16);
       if (chunk == 0) {
-        ptx::cp_async<4>(scales + row, reinterpret_cast<const float*>(page_base + kPageKeyBytes) + token);
+        const auto* page_scales = reinterpret_cast<const float*>(page_base + p.page_tokens * kHeadDim);
+        ptx::cp_async<4>(scales + row, page_scales + token);
       }
     } else {
       *reinterpret_cast<uint4*>(destination) = make_uint4(0, 0, 0, 0);
@@ -102,7 +103,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   const UnitRows rows = unit_rows(p, blockIdx.x);
   const std::int64_t first_row = rows.request * p.next_n + rows.first_draft;
   const SampleMap map =
-      sample_map(pages_for_length(read_length<kRows>(p, rows), kHopperPageTokens));
+      sample_map(pages_for_length(read_length<kRows>(p, rows), kStageTokens));
   if (blockIdx.y == 0 && thread < kRows) out.maps[first_row + thread] = map;
   const int tiles = (map.count + kSampleTileTokens - 1) / kSampleTileTokens;
   const int first_tile = static_cast<int>(blockIdx.y) * tiles_per_cta;
@@ -123,11 +124,11 @@ __global__ void __launch_bounds__(kSampleThreads)
   // commits one group of copies (empty past the last tile), so that waiting
   // for all but the newest kSampleStages - 1 groups means the tile's own.
   auto keys_of = [&](int tile) {
-    return smem + Layout::keys + (tile - first_tile) % kSampleStages * kPageKeyBytes;
+    return smem + Layout::keys + (tile - first_tile) % kSampleStages * kStageKeyBytes;
   };
   auto scales_of = [&](int tile) {
     return reinterpret_cast<float*>(smem + Layout::scales +
-                                    (tile - first_tile) % kSampleStages * kPageScaleBytes);
+                                    (tile - first_tile) % kSampleStages * kStageScaleBytes);
   };
   // The pages of the next tile to gather, loaded one step ahead.
   std::int32_t next_pages[kGatherPieces];
@@ -159,6 +160,7 @@ __global__ void __launch_bounds__(kSampleThreads)
     page.lengths = nullptr;
     page.first_row = first_row;
     page.first_position = 0;
+    page.refused_begin = page.refused_end = 0;
     page.scale_upper = scales[16 * warp + lane / 4];
     page.scale_lower = scales[16 * warp + lane / 4 + 8];
     page.warp = warp;

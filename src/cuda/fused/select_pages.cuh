@@ -55,8 +55,8 @@ __device__ __forceinline__ void select_pages(const LogitsKernelParams& p, unsign
                  stage.first_position != 0, unit);
     }
     const bool pair = next.kind != kStageEnd && next.first_row == stage.first_row &&
-                      next.first_position == stage.first_position + kHopperPageTokens &&
-                      stage.first_position / kHopperPageTokens % kPagesPerOffer == 0;
+                      next.first_position == stage.first_position + kStageTokens &&
+                      stage.first_position / kStageTokens % kPagesPerOffer == 0;
     // Each arm releases its own stages and moves on: with a tail shared by
     // both, the n5-n8 kernels spill 8 bytes.
     if (pair) {

@@ -36,15 +36,18 @@ Status tensor_map_encoder(PFN_cuTensorMapEncodeTiled_v12000* encode) {
   return Status::success();
 }
 
-// The key bytes of every page as [num_pages][64 rows][128 bytes], copied one
-// page at a time with the 128-byte swizzle the wgmma descriptors expect.
+// The key bytes of every page as [num_pages][P rows][128 bytes], copied one
+// page at a time with the 128-byte swizzle the wgmma descriptors expect (a
+// 32-row copy is a whole number of 1024-byte swizzle atoms, so two of them
+// side by side read as one 64-row page).
 Status encode_key_map(PFN_cuTensorMapEncodeTiled_v12000 encode, const CacheRef& cache,
                       CUtensorMap* map) {
   // A cache without pages still needs a well-formed map; no page is read then.
   const std::int64_t pages = cache.num_pages > 0 ? cache.num_pages : 1;
-  const cuuint64_t dims[3] = {kHeadDim, kHopperPageTokens, static_cast<cuuint64_t>(pages)};
+  const auto rows = static_cast<cuuint32_t>(cache.page_tokens);
+  const cuuint64_t dims[3] = {kHeadDim, rows, static_cast<cuuint64_t>(pages)};
   const cuuint64_t strides[2] = {kHeadDim, static_cast<cuuint64_t>(cache.page_stride)};
-  const cuuint32_t box[3] = {kHeadDim, kHopperPageTokens, 1};
+  const cuuint32_t box[3] = {kHeadDim, rows, 1};
   const cuuint32_t element_strides[3] = {1, 1, 1};
   const CUresult result =
       encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, cache.base, dims, strides, box,
@@ -84,6 +87,7 @@ LogitsKernelParams kernel_params(const LogitsProblem& p, const ExecContext& ctx)
   k.cache_base = p.cache.base;
   k.page_stride = p.cache.page_stride;
   k.num_pages = p.cache.num_pages;
+  k.page_tokens = p.cache.page_tokens;
   k.weights = p.weights;
   k.weights_stride_row = p.weights_stride_row;
   k.lens = p.lens;
@@ -117,10 +121,8 @@ Status check_hopper_problem(const LogitsProblem& p) {
                 std::to_string(p.next_n) + ", H " + std::to_string(p.heads) + ", D " +
                 std::to_string(p.head_dim)};
   }
-  // The dispatch sends other page sizes to the generic kernels; reading them
-  // as 64-token pages would run past the cache.
-  if (p.cache.page_tokens != kHopperPageTokens) {
-    return {ErrorCode::unsupported, "paged_mqa_logits: the Hopper kernels read 64-token pages, got " +
+  if (kStageTokens % p.cache.page_tokens != 0) {
+    return {ErrorCode::unsupported, "paged_mqa_logits: the Hopper kernels read pages of 32 or 64 tokens, got " +
                                         std::to_string(p.cache.page_tokens) + "-token pages"};
   }
   if (!aligned16(p.cache.base) || !aligned16(p.q)) {

@@ -46,9 +46,12 @@
 namespace dsa::detail::cuda::hopper {
 
 inline constexpr int kHeadDim = 128;
-inline constexpr int kPageKeyBytes = kHopperPageTokens * kHeadDim;
-inline constexpr int kPageScaleBytes = kHopperPageTokens * 4;
-inline constexpr int kPagesPerChunk = kChunkTokens / kHopperPageTokens;
+// A stage holds the keys of kStageTokens positions, then their scales, as
+// one 64-token page would: a 32-token page fills half of each.
+inline constexpr int kStageKeyBytes = kStageTokens * kHeadDim;
+inline constexpr int kStageScaleBytes = kStageTokens * 4;
+inline constexpr int kStagesPerChunk = kChunkTokens / kStageTokens;
+inline constexpr int kMaxPagesPerStage = kStageTokens / 32;
 inline constexpr int kWarpgroupThreads = 128;
 // Consumer warpgroups per CTA. A consumer spends most of a page waiting (for
 // its products, its shuffles, its stores), so the scoring kernel keeps four
@@ -98,12 +101,13 @@ inline constexpr std::uint32_t kQueryReleaseArrivals = (1u << 20) - 1;
 inline constexpr int kMaxGenerationPages = 1 << 12;
 static_assert(kWarpgroupThreads * kMaxGenerationPages < static_cast<int>(kQueryReleaseArrivals));
 // Query loads start on chunk boundaries only.
-static_assert(kMaxGenerationPages % kPagesPerChunk == 0);
+static_assert(kMaxGenerationPages % kStagesPerChunk == 0);
 
 struct LogitsKernelParams {
   const std::uint8_t* cache_base = nullptr;
   std::int64_t page_stride = 0;
   std::int64_t num_pages = 0;
+  int page_tokens = kStageTokens;  // P: 64, or 32 (two pages a stage)
   const float* weights = nullptr;
   std::int64_t weights_stride_row = 0;
   LengthsRef lens;
@@ -135,9 +139,13 @@ struct LogitsKernelParams {
 enum StageKind : std::int32_t { kStagePage = 0, kStageMissingPage = 1, kStageEnd = 2 };
 struct StageInfo {
   std::int64_t first_row;       // logits row of the unit's draft row 0
-  std::int32_t first_position;  // key position of the page's row 0
-  std::int32_t generation;      // which query load the page is scored against
+  std::int32_t first_position;  // key position of the stage's row 0
+  std::int32_t generation;      // which query load the stage is scored against
   std::int32_t kind;
+  // Rows [refused_begin, refused_end) of a kStagePage stage belong to a page
+  // the block table points outside the cache (a 32-token page beside one
+  // that is read): they score NaN. Empty when every page was read.
+  std::int32_t refused_begin, refused_end;
 };
 
 // One unit's queries travel by tensor copy; this is the rest of what the
@@ -160,12 +168,12 @@ struct SharedLayout {
   static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumers + (kSelect ? 1 : 0));
   static constexpr int kHistogramBytes = kSelect ? kSelectorWarps * kSelectBins * 4 : 0;
   static constexpr int kQueryBytes = kRows * kHeads * kHeadDim;
-  static constexpr int kPageLogitsBytes = kSelect ? kRows * kHopperPageTokens * 4 : 0;
+  static constexpr int kPageLogitsBytes = kSelect ? kRows * kStageTokens * 4 : 0;
   static constexpr int kFixedBytes = 1024 /* alignment slack */ + 2 * kQueryBytes +
                                      2 * static_cast<int>(sizeof(QueryInfo<kRows, kHeads>)) +
                                      4 * 8 /* query barriers */ + 2 * 8 /* issued generation, padding */ +
                                      kHistogramBytes;
-  static constexpr int kStageBytes = kPageKeyBytes + kPageScaleBytes + kPageLogitsBytes +
+  static constexpr int kStageBytes = kStageKeyBytes + kStageScaleBytes + kPageLogitsBytes +
                                      static_cast<int>(sizeof(StageInfo)) + (kSelect ? 3 : 2) * 8;
   static constexpr int kStagesThatFit = (kMaxSharedBytes - kFixedBytes) / kStageBytes;
   // A multiple of the consumer count, so each consumer warpgroup always meets
@@ -175,9 +183,9 @@ struct SharedLayout {
   static_assert(kStages >= kConsumers, "shared memory too small for a stage per consumer");
 
   static constexpr int keys = 0;
-  static constexpr int queries = keys + kStages * kPageKeyBytes;
+  static constexpr int queries = keys + kStages * kStageKeyBytes;
   static constexpr int scales = queries + 2 * kQueryBytes;
-  static constexpr int page_logits = scales + kStages * kPageScaleBytes;
+  static constexpr int page_logits = scales + kStages * kStageScaleBytes;
   static constexpr int query_info = page_logits + kStages * kPageLogitsBytes;
   static constexpr int stage_info = query_info + 2 * static_cast<int>(sizeof(QueryInfo<kRows, kHeads>));
   static constexpr int barriers = (stage_info + kStages * static_cast<int>(sizeof(StageInfo)) + 7) / 8 * 8;
@@ -192,10 +200,10 @@ struct SharedLayout {
 
   // Named views of the layout from the CTA's 1024-byte-aligned base.
   __device__ static std::uint8_t* page_keys(unsigned char* smem, int slot) {
-    return smem + keys + slot * kPageKeyBytes;
+    return smem + keys + slot * kStageKeyBytes;
   }
   __device__ static float* page_scales(unsigned char* smem, int slot) {
-    return reinterpret_cast<float*>(smem + scales + slot * kPageScaleBytes);
+    return reinterpret_cast<float*>(smem + scales + slot * kStageScaleBytes);
   }
   __device__ static std::uint8_t* query_slot(unsigned char* smem, int slot) {
     return smem + queries + slot * kQueryBytes;
@@ -241,7 +249,7 @@ __device__ __forceinline__ UnitRows unit_rows(const LogitsKernelParams& p, std::
 // The device error a row length causes, or kNoDeviceError.
 __device__ __forceinline__ std::int32_t length_violation(const LogitsKernelParams& p,
                                                          std::int32_t length) {
-  return scoring_length_violation(length, p.max_context_len, p.max_blocks, kHopperPageTokens);
+  return scoring_length_violation(length, p.max_context_len, p.max_blocks, p.page_tokens);
 }
 
 // Longest valid row of a unit: the key positions whose pages are read.
@@ -311,25 +319,40 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
   std::int64_t current_unit = -1;
   UnitRows rows{0, 0};
   std::int32_t lane_length = -1;  // lane j < kRows: row j's length, -1 when invalid
-  std::int64_t read_pages = 0;
+  std::int64_t read_stages = 0;  // stages spanned by the unit's longest row
+  std::int64_t read_blocks = 0;  // and its block-table entries (pages of P tokens)
+  const int pages_per_stage = kStageTokens / p.page_tokens;
   bool query_loaded = false;
   std::int64_t window_first = -1;  // block index held by lane 0 of the window
   std::int32_t window_entry = -1;
 
+  // A stage's pages land side by side: keys of page i at row i * P of the
+  // stage's keys, its scales at entry i * P of the stage's scales. Rows a
+  // short last stage leaves unfilled are past every row's length. `read`
+  // has bit i set when page i is in the cache.
   auto push_stage = [&](int stage_sequence, std::int32_t first_position, StageKind kind,
-                        std::int32_t page) {
+                        const std::int32_t (&pages)[kMaxPagesPerStage], int page_count, unsigned read) {
     const int slot = stage_sequence % kStages;
     ptx::mbarrier_wait(&page_empty[slot], ((stage_sequence / kStages) & 1) ^ 1);
     if (leader) {
-      stage_info[slot] =
-          StageInfo{rows.request * p.next_n + rows.first_draft, first_position, generation, kind};
+      const unsigned refused = ~read & ((1u << page_count) - 1);
+      const int refused_begin = refused == 0 ? 0 : (__ffs(refused) - 1) * p.page_tokens;
+      const int refused_end = refused == 0 ? 0 : (32 - __clz(refused)) * p.page_tokens;
+      stage_info[slot] = StageInfo{rows.request * p.next_n + rows.first_draft, first_position, generation,
+                                   kind, refused_begin, refused_end};
       if (kind == kStagePage) {
-        ptx::mbarrier_arrive_expect_tx(&page_full[slot], kPageKeyBytes + kPageScaleBytes);
-        ptx::tensor_copy_3d(Layout::page_keys(smem, slot), key_map, 0, 0, page,
-                            &page_full[slot]);
-        ptx::bulk_copy(Layout::page_scales(smem, slot),
-                       p.cache_base + page * p.page_stride + kPageKeyBytes, kPageScaleBytes,
-                       &page_full[slot]);
+        const int key_bytes = p.page_tokens * kHeadDim;
+        const int scale_bytes = p.page_tokens * 4;
+        ptx::mbarrier_arrive_expect_tx(&page_full[slot], __popc(read) * (key_bytes + scale_bytes));
+#pragma unroll
+        for (int i = 0; i < kMaxPagesPerStage; ++i) {
+          if ((read >> i & 1u) == 0) continue;
+          ptx::tensor_copy_3d(Layout::page_keys(smem, slot) + i * key_bytes, key_map, 0, 0, pages[i],
+                              &page_full[slot]);
+          ptx::bulk_copy(Layout::page_scales(smem, slot) + i * p.page_tokens,
+                         p.cache_base + pages[i] * p.page_stride + key_bytes, scale_bytes,
+                         &page_full[slot]);
+        }
       } else {
         ptx::mbarrier_arrive(&page_full[slot]);
       }
@@ -386,7 +409,7 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
     if (window_first >= 0 && block < window_first + 32) return;
     // One read of up to 32 consecutive needed entries, never past them.
     window_first = block;
-    window_entry = block + lane < read_pages
+    window_entry = block + lane < read_blocks
                        ? __ldg(p.block_table + rows.request * p.block_table_stride + block + lane)
                        : -1;
   };
@@ -404,17 +427,18 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
                     }
                     const unsigned longest =
                         warp_max(lane_length > 0 ? static_cast<unsigned>(lane_length) : 0u);
-                    read_pages = pages_for_length(longest, kHopperPageTokens);
+                    read_stages = pages_for_length(longest, kStageTokens);
+                    read_blocks = pages_for_length(longest, p.page_tokens);
                     query_loaded = false;
                     window_first = -1;
                   }
-                  const std::int64_t first_block = chunk * kPagesPerChunk;
-                  const std::int64_t left = read_pages - first_block;
+                  const std::int64_t first_stage = chunk * kStagesPerChunk;
+                  const std::int64_t left = read_stages - first_stage;
                   if (left <= 0) return;
-                  const int pages = left < kPagesPerChunk ? static_cast<int>(left) : kPagesPerChunk;
+                  const int stages = left < kStagesPerChunk ? static_cast<int>(left) : kStagesPerChunk;
                   const bool mine = chunk_ordinal++ % kProducerWarps == producer;
                   // The chunk's block-table entries are on their way during the query load.
-                  if (mine) refresh_window(first_block);
+                  if (mine) refresh_window(first_stage * pages_per_stage);
                   if (!query_loaded || generation_pages == kMaxGenerationPages) {
                     if (loads_queries) close_generation();
                     ++generation;
@@ -427,25 +451,36 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
                       while (ptx::load_acquire_cta(issued_generation) < generation) {
                       }
                     }
-                    for (int k = 0; k < pages; ++k) {
-                      const std::int64_t block = first_block + k;
-                      refresh_window(block);
-                      const std::int32_t page = __shfl_sync(
-                          0xffffffffu, window_entry, static_cast<int>(block - window_first));
-                      const bool in_range = page >= 0 && page < p.num_pages;
-                      if (!in_range && leader) {
-                        report_device_error(p.error, kPageOutOfRange, rows.request, block, page);
+                    for (int k = 0; k < stages; ++k) {
+                      const std::int64_t stage = first_stage + k;
+                      std::int32_t pages[kMaxPagesPerStage];
+                      int page_count = 0;
+                      unsigned read = 0;
+#pragma unroll
+                      for (int i = 0; i < kMaxPagesPerStage; ++i) {
+                        const std::int64_t block = stage * pages_per_stage + i;
+                        if (i >= pages_per_stage || block >= read_blocks) break;
+                        refresh_window(block);
+                        pages[i] = __shfl_sync(0xffffffffu, window_entry,
+                                               static_cast<int>(block - window_first));
+                        const bool page_in_range = pages[i] >= 0 && pages[i] < p.num_pages;
+                        if (!page_in_range && leader) {
+                          report_device_error(p.error, kPageOutOfRange, rows.request, block, pages[i]);
+                        }
+                        read |= static_cast<unsigned>(page_in_range) << i;
+                        ++page_count;
                       }
-                      push_stage(sequence + k, static_cast<std::int32_t>(block * kHopperPageTokens),
-                                 in_range ? kStagePage : kStageMissingPage, page);
+                      push_stage(sequence + k, static_cast<std::int32_t>(stage * kStageTokens),
+                                 read != 0 ? kStagePage : kStageMissingPage, pages, page_count, read);
                     }
                   }
-                  sequence += pages;
-                  generation_pages += pages;
+                  sequence += stages;
+                  generation_pages += stages;
                 });
   if (loads_queries) {
     for (int consumer = 0; consumer < Layout::kConsumers; ++consumer) {
-      push_stage(sequence + consumer, 0, kStageEnd, 0);
+      constexpr std::int32_t kNoPages[kMaxPagesPerStage] = {};
+      push_stage(sequence + consumer, 0, kStageEnd, kNoPages, 0, 0u);
     }
   }
 }
@@ -463,7 +498,7 @@ __device__ __forceinline__ void fill_uncovered(const LogitsKernelParams& p) {
   for (std::int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
     const UnitRows rows = unit_rows(p, unit);
     const std::int64_t read = read_length<kRows>(p, rows);
-    const std::int64_t covered_pages_end = pages_for_length(read, kHopperPageTokens) * kHopperPageTokens;
+    const std::int64_t covered_pages_end = pages_for_length(read, kStageTokens) * kStageTokens;
     for (int j = 0; j < kRows; ++j) {
       const std::int64_t row = rows.request * p.next_n + rows.first_draft + j;
       const std::int32_t length = row_length(p.lens, rows.request, rows.first_draft + j);
@@ -559,6 +594,7 @@ struct PageContext {
   const std::int32_t* lengths;   // [kRows]
   std::int64_t first_row;
   std::int64_t first_position;
+  int refused_begin, refused_end;  // the stage's rows that score NaN (StageInfo)
   float scale_upper, scale_lower;  // of this thread's two token rows
   int warp, lane;                  // in the warpgroup
   float* page_logits;              // selection kernel: [kRows][64] for the selectors
@@ -623,19 +659,21 @@ __device__ __forceinline__ void finish_pass(const LogitsKernelParams& p, const P
   const int half = (page.lane >> 1) & 1;
   if (kValues < 4 && half != 0) return;  // both halves of the quad hold the same sum
   const float scale = plain ? (lower ? page.scale_lower : page.scale_upper) : 1.0f;
-  const std::int64_t position = page.first_position + 16 * page.warp + page.lane / 4 + 8 * lower;
+  const int stage_row = 16 * page.warp + page.lane / 4 + 8 * lower;
+  const std::int64_t position = page.first_position + stage_row;
+  const bool refused = stage_row >= page.refused_begin && stage_row < page.refused_end;
 #pragma unroll
   for (int i = 0; i < kSums; ++i) {
     const int j = kFirstRow + (kValues >= 4 ? half * kSums + i : 0);
     if constexpr (kSelect) {
       // The selectors apply the lengths.
-      page.page_logits[j * kHopperPageTokens + (position - page.first_position)] = scale * sums[i];
+      page.page_logits[j * kStageTokens + stage_row] = refused ? invalid_logit() : scale * sums[i];
       continue;
     }
     const std::int32_t length = page.lengths[j];
     if (length < 0) continue;
     float value = scale * sums[i];
-    if (position < length || unscored_value(p, position, length, &value)) {
+    if ((position < length && !refused) || unscored_value(p, position, length, &value)) {
       store_logit(p, page.first_row + j, position, value);
     }
   }
@@ -703,6 +741,8 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
       page.lengths = query.lengths;
       page.first_row = query.first_row;
       page.first_position = stage.first_position;
+      page.refused_begin = stage.refused_begin;
+      page.refused_end = stage.refused_end;
       page.scale_upper = scales[16 * warp + lane / 4];
       page.scale_lower = scales[16 * warp + lane / 4 + 8];
       page.warp = warp;
@@ -711,14 +751,14 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
       score_passes<kRows, kHeads, kPassColumns, kSelect, 0>(p, page, release_page);
     } else if constexpr (kSelect) {
       release_page();
-      for (int index = thread; index < kRows * kHopperPageTokens; index += kWarpgroupThreads) {
+      for (int index = thread; index < kRows * kStageTokens; index += kWarpgroupThreads) {
         page_logits[index] = invalid_logit();  // a refused page scores NaN
       }
     } else {
       release_page();
-      for (int index = thread; index < kRows * kHopperPageTokens; index += kWarpgroupThreads) {
-        const int j = index / kHopperPageTokens;
-        const std::int64_t position = stage.first_position + index % kHopperPageTokens;
+      for (int index = thread; index < kRows * kStageTokens; index += kWarpgroupThreads) {
+        const int j = index / kStageTokens;
+        const std::int64_t position = stage.first_position + index % kStageTokens;
         float value;
         if (query.lengths[j] >= 0 && unscored_value(p, position, query.lengths[j], &value)) {
           store_logit(p, query.first_row + j, position, value);
