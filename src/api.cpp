@@ -328,7 +328,15 @@ Status mqa_logits(const TensorView& q, const TensorView& keys, const TensorView&
   if (!is_cuda_engine(engine)) {
     return run_cpu(op, [&] { return cpu::mqa_logits(p, engine == Engine::cpu_parallel, ctx); });
   }
-  return run_cuda(op, p.device, ctx, cuda::workspace_bytes_basic(), [&] { return cuda::mqa_logits(p, ctx); });
+  const bool hopper = hopper_candidate(p.device, ctx) && cuda::hopper_supports_mqa_logits(p);
+  if (ctx.backend == Backend::cuda_hopper && !hopper) {
+    return {ErrorCode::unsupported,
+            std::string(op) + ": ctx.backend: cuda_hopper needs an sm_90 device, a build with sm_90a, H in "
+            "{32, 64}, D == 128, at least one key and q and keys starting on 16-byte boundaries; got H = " +
+                std::to_string(p.heads) + ", D = " + std::to_string(p.head_dim) + ", S_kv = " +
+                std::to_string(p.num_keys)};
+  }
+  return run_cuda(op, p.device, ctx, cuda::workspace_bytes_basic(), [&] { return cuda::mqa_logits(p, hopper, ctx); });
 }
 
 std::size_t mqa_logits_workspace_bytes(const ExecContext& ctx) {

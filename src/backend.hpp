@@ -83,8 +83,8 @@ Status context_lens(const LengthsProblem& p, const ExecContext& ctx);
 Status plan_schedule(const ScheduleProblem& p, const ExecContext& ctx);
 // hopper: use the sm_90a kernels (the caller checked hopper_supports()).
 Status paged_mqa_logits(const LogitsProblem& p, bool hopper, const ExecContext& ctx);
-// The generic kernel (no Hopper variant yet).
-Status mqa_logits(const MqaLogitsProblem& p, const ExecContext& ctx);
+// hopper: use the sm_90a kernel (the caller checked hopper_supports_mqa_logits()).
+Status mqa_logits(const MqaLogitsProblem& p, bool hopper, const ExecContext& ctx);
 Status topk(const TopkProblem& p, const ExecContext& ctx);
 Status index_topk(const IndexTopkProblem& p, bool hopper, const ExecContext& ctx);
 
@@ -100,6 +100,8 @@ std::size_t index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_conte
 bool hopper_available(int device);
 // True when the Hopper logits kernel has a native variant for (next_n, heads, head_dim).
 bool hopper_supports_native(int next_n, int heads, int head_dim);
+// True when the Hopper mqa_logits kernel serves p's shape and alignment.
+bool hopper_supports_mqa_logits(const MqaLogitsProblem& p);
 // Multiprocessor count (0 when unavailable).
 int multiprocessor_count(int device);
 // Synchronizes `ctx.stream`, reads the error record and decodes it.

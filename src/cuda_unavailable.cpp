@@ -45,7 +45,7 @@ Status quantize_queries(const QuantizeQueriesProblem&, const ExecContext&) { ret
 Status context_lens(const LengthsProblem&, const ExecContext&) { return no_cuda("context_lens"); }
 Status plan_schedule(const ScheduleProblem&, const ExecContext&) { return no_cuda("plan_schedule"); }
 Status paged_mqa_logits(const LogitsProblem&, bool, const ExecContext&) { return no_cuda("paged_mqa_logits"); }
-Status mqa_logits(const MqaLogitsProblem&, const ExecContext&) { return no_cuda("mqa_logits"); }
+Status mqa_logits(const MqaLogitsProblem&, bool, const ExecContext&) { return no_cuda("mqa_logits"); }
 Status topk(const TopkProblem&, const ExecContext&) { return no_cuda("topk"); }
 Status index_topk(const IndexTopkProblem&, bool, const ExecContext&) { return no_cuda("index_topk"); }
 

@@ -7,6 +7,7 @@
 #include "common/device_error.hpp"
 #include "cuda/cuda_check.hpp"
 #include "cuda/hopper/logits_sm90.hpp"
+#include "cuda/hopper/prefill_sm90.hpp"
 #include "cuda/launch_utils.hpp"
 #include "cuda/logits_generic.hpp"
 
@@ -28,6 +29,8 @@ bool hopper_available(int device) {
 bool hopper_supports_native(int next_n, int heads, int head_dim) {
   return hopper::supports_native(next_n, heads, head_dim);
 }
+
+bool hopper_supports_mqa_logits(const MqaLogitsProblem& p) { return hopper::supports_mqa_logits(p); }
 
 int multiprocessor_count(int device) {
   int count = 0;
@@ -59,6 +62,10 @@ Status read_device_error(const ExecContext& ctx, const char* operation) {
 
 Status paged_mqa_logits(const LogitsProblem& p, bool hopper, const ExecContext& ctx) {
   return hopper ? hopper::paged_mqa_logits(p, ctx) : generic::paged_mqa_logits(p, ctx);
+}
+
+Status mqa_logits(const MqaLogitsProblem& p, bool hopper, const ExecContext& ctx) {
+  return hopper ? hopper::mqa_logits(p, ctx) : generic::mqa_logits(p, ctx);
 }
 
 }  // namespace dsa::detail::cuda

@@ -19,8 +19,9 @@
 #include "common/number_formats.hpp"
 #include "cuda/device_error.cuh"
 #include "cuda/launch_utils.hpp"
+#include "cuda/logits_generic.hpp"
 
-namespace dsa::detail::cuda {
+namespace dsa::detail::cuda::generic {
 namespace {
 
 constexpr int kThreads = 128;
@@ -93,4 +94,4 @@ Status mqa_logits(const MqaLogitsProblem& p, const ExecContext& ctx) {
   return Status::success();
 }
 
-}  // namespace dsa::detail::cuda
+}  // namespace dsa::detail::cuda::generic

@@ -1,6 +1,8 @@
-// mqa_logits (prefill scoring) on the generic CUDA kernel against the
-// float64 reference: the CPU suite's cases, repeatability, and the range
-// violations only the device sees.
+// mqa_logits (prefill scoring) on the generic CUDA kernel and on the one
+// automatic picks (the sm_90a kernel on a Hopper GPU for H 32 or 64,
+// D 128) against the float64 reference: the CPU suite's cases, cases of
+// several key chunks and row tiles, repeatability, and the range violations
+// only the device sees.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -67,23 +69,50 @@ bool poisoned(const std::vector<std::uint8_t>& bytes, std::size_t element, std::
   return all;
 }
 
-class GpuPrefill : public ::testing::TestWithParam<PrefillCase> {};
+// The CPU suite's cases, then GPU-only ones big enough for several of the
+// Hopper kernel's 4096-key chunks and row tiles (8 rows at H 64, 16 at 32).
+std::vector<PrefillCase> gpu_prefill_cases() {
+  std::vector<PrefillCase> cases = prefill_cases();
+  auto add = [&](std::string name, MqaSpec spec) -> PrefillCase& {
+    spec.seed = 900 + cases.size();
+    cases.push_back(PrefillCase{std::move(name), std::move(spec)});
+    return cases.back();
+  };
+  for (const bool compressed : {false, true}) {
+    const std::string form = compressed ? "_compressed" : "_full";
+    add("chunks_causal_h64" + form, MqaSpec{.rows = 21, .heads = 64, .num_keys = 8300}).compressed = compressed;
+    add("chunks_random_h32" + form, MqaSpec{.rows = 35, .heads = 32, .num_keys = 4500, .ranges = RangeShape::random})
+        .compressed = compressed;
+    add("chunks_context_parallel_h64" + form,
+        MqaSpec{.rows = 18, .heads = 64, .num_keys = 4200, .ranges = RangeShape::context_parallel})
+        .compressed = compressed;
+  }
+  PrefillCase& c = add("chunks_bf16_strided_unclean", MqaSpec{.rows = 17, .heads = 64, .num_keys = 4160,
+                                                               .ranges = RangeShape::random});
+  c.bf16_out = true;
+  c.clean = false;
+  c.extra_stride = 3;
+  c.q_pad_bytes = 32;
+  return cases;
+}
+
+class GpuPrefill : public ::testing::TestWithParam<std::tuple<dsa::Backend, PrefillCase>> {};
 
 TEST_P(GpuPrefill, MatchesReferenceAndRepeats) {
   DSA_REQUIRE_GPU();
-  const PrefillCase& c = GetParam();
+  const auto& [backend, c] = GetParam();
   const MqaWorkload w = make_mqa_workload(c.spec);
   const DeviceMqa d(w, c.q_pad_bytes);
   const PrefillLayout l = prefill_layout(c, w);
   const DType dtype = c.bf16_out ? DType::bfloat16 : DType::float32;
-  GpuContext gpu(dsa::Backend::cuda_generic, dsa::mqa_logits_workspace_bytes(dsa::ExecContext{}));
+  GpuContext gpu(backend, dsa::mqa_logits_workspace_bytes(dsa::ExecContext{}));
   gpu.ctx.check_device_errors = true;
   const PrefillRun first = run_prefill(d, l, dtype, gpu.ctx);
   DSA_GPU_ASSERT_OK(first.status);
   const std::size_t element = dsa::dtype_size(dtype);
   const auto read = [&](std::int64_t r, std::int64_t col) { return logit_at(first.bytes, dtype, r * l.stride + col); };
   const auto bound = [&](double want, double magnitude) {
-    return logits_tolerance(dsa::Backend::cuda_generic) * magnitude +
+    return logits_tolerance(backend) * magnitude +
            (dtype == DType::bfloat16 ? std::ldexp(std::fabs(want), -8) : 0.0);
   };
   const auto untouched = [&](std::int64_t r, std::int64_t col) { return poisoned(first.bytes, element, r * l.stride + col); };
@@ -104,8 +133,41 @@ TEST_P(GpuPrefill, MatchesReferenceAndRepeats) {
   EXPECT_TRUE(first.bytes == second.bytes);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, GpuPrefill, ::testing::ValuesIn(prefill_cases()),
-                         [](const ::testing::TestParamInfo<PrefillCase>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(
+    Cases, GpuPrefill,
+    ::testing::Combine(::testing::Values(dsa::Backend::cuda_generic, dsa::Backend::automatic),
+                       ::testing::ValuesIn(gpu_prefill_cases())),
+    [](const ::testing::TestParamInfo<GpuPrefill::ParamType>& info) {
+      return backend_tag(std::get<0>(info.param)) + "_" + std::get<1>(info.param).name;
+    });
+
+// cuda_hopper serves H 32 and 64 at D 128 (as automatic does on a Hopper
+// GPU, bit for bit) and refuses other shapes by name.
+TEST(GpuPrefillHopper, ServedShapesAndRefusals) {
+  DSA_REQUIRE_HOPPER();
+  const MqaWorkload w = make_mqa_workload(MqaSpec{.rows = 12, .heads = 64, .num_keys = 700});
+  const DeviceMqa d(w, 0);
+  PrefillCase c;
+  c.spec = MqaSpec{.rows = 12, .heads = 64, .num_keys = 700};
+  const PrefillLayout l = prefill_layout(c, w);
+  GpuContext hopper(dsa::Backend::cuda_hopper, dsa::mqa_logits_workspace_bytes(dsa::ExecContext{}));
+  hopper.ctx.check_device_errors = true;
+  GpuContext automatic(dsa::Backend::automatic, dsa::mqa_logits_workspace_bytes(dsa::ExecContext{}));
+  automatic.ctx.check_device_errors = true;
+  const PrefillRun from_hopper = run_prefill(d, l, DType::float32, hopper.ctx);
+  const PrefillRun from_automatic = run_prefill(d, l, DType::float32, automatic.ctx);
+  DSA_GPU_ASSERT_OK(from_hopper.status);
+  DSA_GPU_ASSERT_OK(from_automatic.status);
+  EXPECT_TRUE(from_hopper.bytes == from_automatic.bytes);
+
+  const MqaWorkload odd = make_mqa_workload(MqaSpec{.rows = 4, .heads = 8, .head_dim = 32, .num_keys = 64});
+  const DeviceMqa d_odd(odd, 0);
+  PrefillCase c_odd;
+  c_odd.spec = MqaSpec{.rows = 4, .heads = 8, .head_dim = 32, .num_keys = 64};
+  const PrefillRun refused = run_prefill(d_odd, prefill_layout(c_odd, odd), DType::float32, hopper.ctx);
+  EXPECT_EQ(refused.status.code(), dsa::ErrorCode::unsupported) << refused.status.to_string();
+  EXPECT_NE(refused.status.message().find("cuda_hopper"), std::string::npos) << refused.status.to_string();
+}
 
 // A row whose range breaks a rule is recorded and filled with NaN over its
 // defined columns; the other rows are scored, nothing past the width is written.
@@ -125,9 +187,12 @@ TEST(GpuPrefillErrors, RangeViolationsAreRecordedOnTheDevice) {
       {{0, 3, 0, 20}, {10, 9, 4, 37}, true, 3,
        "mqa_logits: ke: row 3 has a range of 17 keys (ke - ks), beyond max_seqlen_k = 16"},
   };
+  // Either kernel automatic picks: the generic one (H 8, D 32) and, on a
+  // Hopper GPU, the sm_90a one (H 64, D 128).
+  for (const auto& [heads, head_dim] : {std::pair{8, 32}, std::pair{64, 128}})
   for (const Violation& v : violations) {
-    SCOPED_TRACE(v.message);
-    MqaWorkload w = make_mqa_workload(MqaSpec{.rows = 4, .heads = 8, .head_dim = 32, .num_keys = 64,
+    SCOPED_TRACE(v.message + " H " + std::to_string(heads));
+    MqaWorkload w = make_mqa_workload(MqaSpec{.rows = 4, .heads = heads, .head_dim = head_dim, .num_keys = 64,
                                               .ranges = RangeShape::given, .ks = v.ks, .ke = v.ke, .seed = 17});
     const DeviceMqa d(w, 0);
     PrefillLayout l;

@@ -166,7 +166,9 @@ __global__ void __launch_bounds__(kSampleThreads)
     page.warp = warp;
     page.lane = lane;
     page.page_logits = tile_logits;
-    score_passes<kRows, kHeads, kScoringPassColumns, true, 0>(p, page, [] {});
+    score_passes<kRows, kHeads, kScoringPassColumns, 0>(page, [] {}, [&](auto first_row, auto rows, const auto& acc) {
+      finish_pass<kHeads, decltype(first_row)::value, decltype(rows)::value, true>(p, page, acc);
+    });
     __syncthreads();  // the tile's logits are complete; its keys are read
     for (int i = thread; i < kRows * kSampleTileTokens; i += kSampleThreads) {
       const int j = i / kSampleTileTokens;

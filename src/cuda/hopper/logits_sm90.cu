@@ -4,78 +4,45 @@
 #include "cuda/hopper/logits_sm90.hpp"
 
 #include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <string>
 
 #include "cuda/cuda_check.hpp"
 #include "cuda/hopper/scoring_launch.cuh"
+#include "cuda/hopper/tensor_map.hpp"
 #include "cuda/launch_utils.hpp"
 
 namespace dsa::detail::cuda::hopper {
 
 namespace {
 
-Status encode_failure(const char* what, CUresult result) {
-  return {ErrorCode::cuda_error, std::string("paged_mqa_logits: encoding the ") + what +
-                                     " tensor map failed (CUresult " +
-                                     std::to_string(static_cast<int>(result)) + ")"};
-}
-
-Status tensor_map_encoder(PFN_cuTensorMapEncodeTiled_v12000* encode) {
-  void* function = nullptr;
-  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  DSA_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
-                                                  cudaEnableDefault, &found));
-  if (found != cudaDriverEntryPointSuccess || function == nullptr) {
-    return {ErrorCode::cuda_error,
-            "paged_mqa_logits: the driver does not provide cuTensorMapEncodeTiled"};
-  }
-  *encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function);
-  return Status::success();
-}
-
 // The key bytes of every page as [num_pages][P rows][128 bytes], copied one
-// page at a time with the 128-byte swizzle the wgmma descriptors expect (a
-// 32-row copy is a whole number of 1024-byte swizzle atoms, so two of them
-// side by side read as one 64-row page).
-Status encode_key_map(PFN_cuTensorMapEncodeTiled_v12000 encode, const CacheRef& cache,
-                      CUtensorMap* map) {
+// page at a time (a 32-row copy is a whole number of 1024-byte swizzle
+// atoms, so two of them side by side read as one 64-row page).
+Status encode_key_map(const CacheRef& cache, CUtensorMap* map) {
   // A cache without pages still needs a well-formed map; no page is read then.
   const std::int64_t pages = cache.num_pages > 0 ? cache.num_pages : 1;
-  const auto rows = static_cast<cuuint32_t>(cache.page_tokens);
-  const cuuint64_t dims[3] = {kHeadDim, rows, static_cast<cuuint64_t>(pages)};
-  const cuuint64_t strides[2] = {kHeadDim, static_cast<cuuint64_t>(cache.page_stride)};
-  const cuuint32_t box[3] = {kHeadDim, rows, 1};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
-  const CUresult result =
-      encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, cache.base, dims, strides, box,
-             element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return result == CUDA_SUCCESS ? Status::success() : encode_failure("key cache", result);
+  const auto rows = static_cast<std::uint32_t>(cache.page_tokens);
+  const std::uint64_t dims[3] = {kHeadDim, rows, static_cast<std::uint64_t>(pages)};
+  const std::uint64_t strides[2] = {kHeadDim, static_cast<std::uint64_t>(cache.page_stride)};
+  const std::uint32_t box[3] = {kHeadDim, rows, 1};
+  return encode_swizzled_map("paged_mqa_logits", "key cache", cache.base, 3, dims, strides, box, map);
 }
 
 // Queries as [B][next_n][H][128 bytes]; a box is the `rows` draft rows of one
 // request, landing as (rows * H) swizzled 128-byte rows.
-Status encode_query_map(PFN_cuTensorMapEncodeTiled_v12000 encode, const LogitsProblem& p, int rows,
-                        CUtensorMap* map) {
+Status encode_query_map(const LogitsProblem& p, int rows, CUtensorMap* map) {
   const std::int64_t batch = p.batch > 0 ? p.batch : 1;
-  const cuuint64_t dims[4] = {kHeadDim, static_cast<cuuint64_t>(p.heads),
-                              static_cast<cuuint64_t>(p.next_n), static_cast<cuuint64_t>(batch)};
+  const std::uint64_t dims[4] = {kHeadDim, static_cast<std::uint64_t>(p.heads),
+                                 static_cast<std::uint64_t>(p.next_n), static_cast<std::uint64_t>(batch)};
   // Validation gives dimensions of extent 1 their packed strides, which satisfy
   // the encoder's range rules.
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(p.q_stride_h),
-                                 static_cast<cuuint64_t>(p.q_stride_n),
-                                 static_cast<cuuint64_t>(p.q_stride_b)};
-  const cuuint32_t box[4] = {kHeadDim, static_cast<cuuint32_t>(p.heads),
-                             static_cast<cuuint32_t>(rows), 1};
-  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  const CUresult result = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, const_cast<std::uint8_t*>(p.q),
-                                 dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return result == CUDA_SUCCESS ? Status::success() : encode_failure("query", result);
+  const std::uint64_t strides[3] = {static_cast<std::uint64_t>(p.q_stride_h),
+                                    static_cast<std::uint64_t>(p.q_stride_n),
+                                    static_cast<std::uint64_t>(p.q_stride_b)};
+  const std::uint32_t box[4] = {kHeadDim, static_cast<std::uint32_t>(p.heads), static_cast<std::uint32_t>(rows), 1};
+  return encode_swizzled_map("paged_mqa_logits", "query", p.q, 4, dims, strides, box, map);
 }
 
 bool aligned16(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer) % 16 == 0; }
@@ -134,10 +101,8 @@ Status check_hopper_problem(const LogitsProblem& p) {
 }
 
 Status encode_maps(const LogitsProblem& p, CUtensorMap* query_map, CUtensorMap* key_map) {
-  PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
-  DSA_RETURN_IF_ERROR(tensor_map_encoder(&encode));
-  if (key_map != nullptr) DSA_RETURN_IF_ERROR(encode_key_map(encode, p.cache, key_map));
-  return encode_query_map(encode, p, p.rows_per_unit(), query_map);
+  if (key_map != nullptr) DSA_RETURN_IF_ERROR(encode_key_map(p.cache, key_map));
+  return encode_query_map(p, p.rows_per_unit(), query_map);
 }
 
 Status paged_mqa_logits(const LogitsProblem& p, const ExecContext& ctx) {

@@ -30,6 +30,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/cache_format.hpp"
 #include "common/logit_rules.hpp"
@@ -632,11 +633,13 @@ __device__ __forceinline__ void issue_pass(const PageContext& page, float (&acc)
   ptx::wgmma_commit();
 }
 
-// Turns one finished pass into logits: weighted ReLU sums, quad
-// reduce-scatter, scale, and the stores (-inf past a row's length).
-template <int kHeads, int kFirstRow, int kRowsInPass, bool kSelect>
-__device__ __forceinline__ void finish_pass(const LogitsKernelParams& p, const PageContext& page,
-                                            const float (&acc)[kRowsInPass * kHeads / 2]) {
+// The logits one finished pass gives this thread: weighted ReLU sums, quad
+// reduce-scatter and scale. emit(j, stage_row, value) is called for each of
+// its values, j the pass's draft row (from kFirstRow), stage_row the key row
+// of the stage; of a quad pair holding the same sums only one emits.
+template <int kHeads, int kFirstRow, int kRowsInPass, typename Emit>
+__device__ __forceinline__ void pass_logits(const PageContext& page,
+                                            const float (&acc)[kRowsInPass * kHeads / 2], Emit&& emit) {
   constexpr int kValues = 2 * kRowsInPass;
   const int quad_lane = page.lane & 3;
   float partial[kValues];
@@ -660,30 +663,39 @@ __device__ __forceinline__ void finish_pass(const LogitsKernelParams& p, const P
   if (kValues < 4 && half != 0) return;  // both halves of the quad hold the same sum
   const float scale = plain ? (lower ? page.scale_lower : page.scale_upper) : 1.0f;
   const int stage_row = 16 * page.warp + page.lane / 4 + 8 * lower;
-  const std::int64_t position = page.first_position + stage_row;
-  const bool refused = stage_row >= page.refused_begin && stage_row < page.refused_end;
 #pragma unroll
   for (int i = 0; i < kSums; ++i) {
-    const int j = kFirstRow + (kValues >= 4 ? half * kSums + i : 0);
-    if constexpr (kSelect) {
-      // The selectors apply the lengths.
-      page.page_logits[j * kStageTokens + stage_row] = refused ? invalid_logit() : scale * sums[i];
-      continue;
-    }
-    const std::int32_t length = page.lengths[j];
-    if (length < 0) continue;
-    float value = scale * sums[i];
-    if ((position < length && !refused) || unscored_value(p, position, length, &value)) {
-      store_logit(p, page.first_row + j, position, value);
-    }
+    emit(kFirstRow + (kValues >= 4 ? half * kSums + i : 0), stage_row, scale * sums[i]);
   }
 }
 
-// Scores the passes of a page one after another; release() runs once the
-// last product has read the page.
-template <int kRows, int kHeads, int kPassColumns, bool kSelect, int kFirstRow, typename Release>
-__device__ __forceinline__ void score_passes(const LogitsKernelParams& p, const PageContext& page,
-                                             Release&& release) {
+// Turns one finished pass into logits and stores them (-inf past a row's
+// length), or with kSelect leaves them to the selectors.
+template <int kHeads, int kFirstRow, int kRowsInPass, bool kSelect>
+__device__ __forceinline__ void finish_pass(const LogitsKernelParams& p, const PageContext& page,
+                                            const float (&acc)[kRowsInPass * kHeads / 2]) {
+  pass_logits<kHeads, kFirstRow, kRowsInPass>(page, acc, [&](int j, int stage_row, float value) {
+    const bool refused = stage_row >= page.refused_begin && stage_row < page.refused_end;
+    if constexpr (kSelect) {
+      // The selectors apply the lengths.
+      page.page_logits[j * kStageTokens + stage_row] = refused ? invalid_logit() : value;
+      return;
+    }
+    const std::int32_t length = page.lengths[j];
+    if (length < 0) return;
+    const std::int64_t position = page.first_position + stage_row;
+    if ((position < length && !refused) || unscored_value(p, position, length, &value)) {
+      store_logit(p, page.first_row + j, position, value);
+    }
+  });
+}
+
+// Scores the passes of a page one after another: release() runs once the
+// last product has read the page, finish(first_row, rows, acc) turns each
+// finished pass (rows draft rows from first_row, as integral constants)
+// into logits.
+template <int kRows, int kHeads, int kPassColumns, int kFirstRow, typename Release, typename Finish>
+__device__ __forceinline__ void score_passes(const PageContext& page, Release&& release, Finish&& finish) {
   using This = Pass<kRows, kHeads, kPassColumns, kFirstRow>;
   float acc[This::kColumns / 2];
   issue_pass<kHeads, kFirstRow, This::kColumns>(page, acc);
@@ -691,9 +703,9 @@ __device__ __forceinline__ void score_passes(const LogitsKernelParams& p, const 
 #pragma unroll
   for (int i = 0; i < This::kColumns / 2; ++i) ptx::fence_operand(acc[i]);
   if constexpr (This::kLast) release();
-  finish_pass<kHeads, kFirstRow, This::kRowsInPass, kSelect>(p, page, acc);
+  finish(std::integral_constant<int, kFirstRow>{}, std::integral_constant<int, This::kRowsInPass>{}, acc);
   if constexpr (!This::kLast) {
-    score_passes<kRows, kHeads, kPassColumns, kSelect, This::kNextRow>(p, page, release);
+    score_passes<kRows, kHeads, kPassColumns, This::kNextRow>(page, release, finish);
   }
 }
 
@@ -748,7 +760,9 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
       page.warp = warp;
       page.lane = lane;
       page.page_logits = page_logits;
-      score_passes<kRows, kHeads, kPassColumns, kSelect, 0>(p, page, release_page);
+      score_passes<kRows, kHeads, kPassColumns, 0>(page, release_page, [&](auto first_row, auto rows, const auto& acc) {
+        finish_pass<kHeads, decltype(first_row)::value, decltype(rows)::value, kSelect>(p, page, acc);
+      });
     } else if constexpr (kSelect) {
       release_page();
       for (int index = thread; index < kRows * kStageTokens; index += kWarpgroupThreads) {

@@ -135,6 +135,22 @@ __device__ __forceinline__ void bulk_copy(void* destination, const void* source,
 #endif
 }
 
+__device__ __forceinline__ void tensor_copy_2d(void* destination, const void* tensor_map, int c0,
+                                               int c1, std::uint64_t* barrier) {
+#if DSA_SM90A_ENABLED
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];" ::"r"(smem_address(destination)),
+      "l"(tensor_map), "r"(c0), "r"(c1), "r"(smem_address(barrier))
+      : "memory");
+#else
+  (void)destination;
+  (void)tensor_map;
+  (void)c0;
+  (void)c1;
+  (void)barrier;
+#endif
+}
 __device__ __forceinline__ void tensor_copy_3d(void* destination, const void* tensor_map, int c0,
                                                int c1, int c2, std::uint64_t* barrier) {
 #if DSA_SM90A_ENABLED

@@ -1,0 +1,80 @@
+// Host side of the sm_90a mqa_logits kernel: its tensor maps, grid and launch.
+#include "cuda/hopper/prefill_sm90.hpp"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/cuda_check.hpp"
+#include "cuda/hopper/prefill_sm90_kernel.cuh"
+#include "cuda/hopper/tensor_map.hpp"
+#include "cuda/launch_utils.hpp"
+
+namespace dsa::detail::cuda::hopper {
+
+namespace {
+
+constexpr const char* kOp = "mqa_logits";
+
+// Keys as [S_kv][128 bytes], a box of 64 of them (one stage).
+Status encode_key_map(const MqaLogitsProblem& p, CUtensorMap* map) {
+  const std::uint64_t dims[2] = {kHeadDim, static_cast<std::uint64_t>(p.num_keys)};
+  const std::uint64_t strides[1] = {static_cast<std::uint64_t>(p.keys_stride)};
+  const std::uint32_t box[2] = {kHeadDim, kStageTokens};
+  return encode_swizzled_map(kOp, "key", p.keys, 2, dims, strides, box, map);
+}
+
+// Queries as [S][H][128 bytes], a box of `rows` rows (a CTA's tile; rows
+// past S read as zero).
+Status encode_query_map(const MqaLogitsProblem& p, int rows, CUtensorMap* map) {
+  // A dimension of extent 1 may carry any stride: give it the packed one.
+  const std::int64_t stride_row = p.rows > 1 ? p.q_stride_row : p.heads * p.q_stride_h;
+  const std::uint64_t dims[3] = {kHeadDim, static_cast<std::uint64_t>(p.heads), static_cast<std::uint64_t>(p.rows)};
+  const std::uint64_t strides[2] = {static_cast<std::uint64_t>(p.q_stride_h), static_cast<std::uint64_t>(stride_row)};
+  const std::uint32_t box[3] = {kHeadDim, static_cast<std::uint32_t>(p.heads), static_cast<std::uint32_t>(rows)};
+  return encode_swizzled_map(kOp, "query", p.q, 3, dims, strides, box, map);
+}
+
+template <int kHeads>
+Status launch(const MqaLogitsProblem& p, const ExecContext& ctx) {
+  using Layout = PrefillLayout<kHeads>;
+  CUtensorMap key_map{};
+  CUtensorMap query_map{};
+  DSA_RETURN_IF_ERROR(encode_key_map(p, &key_map));
+  DSA_RETURN_IF_ERROR(encode_query_map(p, Layout::kRows, &query_map));
+  // Chunks cover the keys (what is scored) and the output columns (what the
+  // fill warps write), whichever reach further.
+  const std::int64_t span = std::max(p.num_keys, p.width());
+  const std::int64_t chunks = std::max<std::int64_t>(1, (span + kPrefillChunkKeys - 1) / kPrefillChunkKeys);
+  const std::int64_t row_tiles = (p.rows + Layout::kRows - 1) / Layout::kRows;
+  const std::int64_t blocks = row_tiles * chunks;
+  if (blocks > std::int64_t{0x7fffffff}) {
+    return {ErrorCode::unsupported, "mqa_logits: the Hopper kernel's grid would exceed 2^31 - 1 blocks (" +
+                                        std::to_string(row_tiles) + " row tiles x " + std::to_string(chunks) +
+                                        " key chunks); split the rows (plan_mqa_logits_chunks)"};
+  }
+  auto* kernel = &mqa_logits_sm90_kernel<kHeads>;
+  DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout::launch_bytes));
+  kernel<<<static_cast<unsigned>(blocks), Layout::kThreads, Layout::launch_bytes, stream_of(ctx)>>>(
+      p, chunks, error_record(ctx), key_map, query_map);
+  DSA_CUDA_CHECK_LAUNCH("mqa_logits_sm90_kernel");
+  return Status::success();
+}
+
+bool aligned16(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer) % 16 == 0; }
+
+}  // namespace
+
+bool supports_mqa_logits(const MqaLogitsProblem& p) {
+  return (p.heads == 32 || p.heads == 64) && p.head_dim == kHeadDim && p.num_keys > 0 && aligned16(p.q) &&
+         aligned16(p.keys);
+}
+
+Status mqa_logits(const MqaLogitsProblem& p, const ExecContext& ctx) {
+  if (p.rows == 0) return Status::success();
+  return p.heads == 32 ? launch<32>(p, ctx) : launch<64>(p, ctx);
+}
+
+}  // namespace dsa::detail::cuda::hopper
