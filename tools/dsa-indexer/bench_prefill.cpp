@@ -176,6 +176,7 @@ void measure_ragged_topk(const Bench& bench, const PrefillInputs& in, const Buff
       !s.ok()) {
     return fail("topk", s);
   }
+  if (auto s = dsa::read_device_error(ctx); !s.ok()) return fail("device error", s);
   line->floor_s = line->valid_bytes / bench.copy_bandwidth;
 
   std::vector<float> host_logits(static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols));
@@ -391,8 +392,8 @@ void describe_workload(std::FILE* text, Json* document, const Bench& bench, cons
   std::fprintf(text, "\nprefill grid: S new tokens over a prefix of P (S_kv = P + S contiguous keys, row i scores "
                      "keys [0, P + i + 1)), D=%d; mqa_logits writes full float32 logits [S, S_kv] with "
                      "clean_logits, as DeepGEMM's fp8_mqa_logits test runs it; random e4m3 inputs; "
-                     "median of %d runs%s\n",
-               kHeadDim, bench.iters,
+                     "median of %d run%s%s\n",
+               kHeadDim, bench.iters, bench.iters == 1 ? "" : "s",
                bench.gpu() ? " (CUDA events around the enqueued work), queries and keys rotated over >= 2 copies"
                            : " (wall clock)");
   std::fprintf(text, "TFLOP/s counts 2*H*D per valid (row, key) pair; us and TFLOP/s compare with DeepGEMM's test; "
