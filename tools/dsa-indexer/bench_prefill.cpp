@@ -1,6 +1,7 @@
 #include "bench_prefill.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -21,6 +22,11 @@ namespace {
 // consecutive row chunks, as engines split a long prefill, and the chunks'
 // calls are timed together.
 constexpr std::size_t kLogitsBudget = std::size_t{8} << 30;
+// A point's timed runs take about this long at most: a point whose call
+// takes longer than kPointSeconds / --iters gets fewer runs, at least
+// kMinRuns (and one warm-up), so that slow kernels finish the grid.
+constexpr double kPointSeconds = 2.0;
+constexpr int kMinRuns = 5;
 
 // A causal prefill chunk: S new tokens over a prefix of P, the contiguous
 // form (keys = the prefix then the new tokens, S_kv = P + S; row i scores
@@ -99,6 +105,7 @@ struct FormTimes {
   double seconds = kNotMeasured;
   double host_s = kNotMeasured;  // host time per timed run (all its calls)
   int calls = 0;                 // mqa_logits calls per timed run (row chunks)
+  int runs = 0;                  // timed runs, the median's sample
   std::int64_t rows_per_call = 0;
 };
 
@@ -298,10 +305,17 @@ PrefillResult measure_point(const Bench& bench, const PrefillPoint& point, std::
     return {};
   };
   // One checked pass first: a range the device refuses is an error here, not
-  // a fast time of NaN rows.
+  // a fast time of NaN rows. It synchronizes, so its wall clock bounds the
+  // runs a slow point gets (see kPointSeconds).
   dsa::ExecContext checked = ctx;
   checked.check_device_errors = bench.gpu();
+  const auto checked_start = std::chrono::steady_clock::now();
   if (auto s = run_chunks(0, checked); !s.ok()) return failed("mqa_logits", s);
+  const std::chrono::duration<double> checked_time = std::chrono::steady_clock::now() - checked_start;
+  const int affordable = static_cast<int>(std::min(kPointSeconds / checked_time.count(), 1e6));
+  point_bench.iters = std::min(bench.iters, std::max(kMinRuns, affordable));
+  if (point_bench.iters < bench.iters) point_bench.warmup = 1;  // the checked pass warmed it too
+  result.contiguous.runs = point_bench.iters;
   if (auto s = point_bench.time([&](int run) { return run_chunks(run, ctx); }, &result.contiguous.seconds,
                                 &result.contiguous.host_s);
       !s.ok()) {
@@ -313,7 +327,7 @@ PrefillResult measure_point(const Bench& bench, const PrefillPoint& point, std::
   if (topk != nullptr) {
     topk->valid_bytes = 4.0 * result.pairs;
     if (chunks.size() == 1) {
-      measure_ragged_topk(point_bench, in, logits, ks, lengths, ctx, topk);
+      measure_ragged_topk(bench, in, logits, ks, lengths, ctx, topk);
     } else {
       topk->problems = "the point's logits were split into chunks";
     }
@@ -343,6 +357,7 @@ Json point_json(const PrefillResult& r) {
   contiguous.set("fraction_of_floor", r.floor_s() / r.contiguous.seconds);
   contiguous.set("calls", r.contiguous.calls);
   contiguous.set("rows_per_call", r.contiguous.rows_per_call);
+  contiguous.set("runs", r.contiguous.runs);
   entry.set("rotating_input_sets", r.rotation);
   entry.set("ok", r.problems.empty());
   if (!r.problems.empty()) entry.set("problems", r.problems);
@@ -359,15 +374,15 @@ std::string tflops(double flops, double seconds) {
 }
 
 void print_table(std::FILE* out, const std::vector<PrefillResult>& results, bool with_floor) {
-  std::fprintf(out, "%3s %6s %6s %6s | %10s %9s %8s %9s | %10s %7s %7s | %s\n", "H", "S", "P", "S_kv", "us",
-               "TFLOP/s", "host us", "calls", "floor us", "floor/t", "bound", "check");
+  std::fprintf(out, "%3s %6s %6s %6s | %10s %9s %8s %9s %4s | %10s %7s %7s | %s\n", "H", "S", "P", "S_kv", "us",
+               "TFLOP/s", "host us", "calls", "runs", "floor us", "floor/t", "bound", "check");
   for (const PrefillResult& r : results) {
-    std::fprintf(out, "%3d %6s %6s %6s | %10s %9s %8s %9s | %10s %7s %7s | %s\n", r.point.heads,
+    std::fprintf(out, "%3d %6s %6s %6s | %10s %9s %8s %9s %4d | %10s %7s %7s | %s\n", r.point.heads,
                  context_label(r.point.seq).c_str(), context_label(r.point.prefix).c_str(),
                  context_label(r.point.kv()).c_str(), microseconds(r.contiguous.seconds).c_str(),
                  tflops(r.flops, r.contiguous.seconds).c_str(),
                  with_floor ? microseconds(r.contiguous.host_s).c_str() : "-",
-                 calls_label(r.contiguous).c_str(), with_floor ? microseconds(r.floor_s()).c_str() : "-",
+                 calls_label(r.contiguous).c_str(), r.contiguous.runs, with_floor ? microseconds(r.floor_s()).c_str() : "-",
                  with_floor ? ratio(r.floor_s(), r.contiguous.seconds).c_str() : "-", with_floor ? r.bound() : "-",
                  r.problems.empty() ? "ok" : r.problems.c_str());
   }
@@ -388,14 +403,23 @@ void describe_workload(std::FILE* text, Json* document, const Bench& bench, cons
                                    : "std::chrono wall clock, median");
   timing.set("warmup", bench.gpu() ? bench.warmup : 0);
   timing.set("iters", bench.iters);
+  timing.set("slow_points", format("a point whose call takes over %g s / iters gets max(%d, %g s / its time) runs "
+                                   "and one warm-up (each point's contiguous.runs)",
+                                   kPointSeconds, kMinRuns, kPointSeconds));
   if (bench.gpu()) timing.set("rotation", "queries and keys copied until they span 4x the L2 cache (2..16 sets)");
+  const std::string fewer =
+      bench.iters > kMinRuns
+          ? format("; a point whose call takes over %.0f s / %d gets fewer runs, at least %d (runs)", kPointSeconds,
+                   bench.iters, kMinRuns)
+          : std::string();
   std::fprintf(text, "\nprefill grid: S new tokens over a prefix of P (S_kv = P + S contiguous keys, row i scores "
                      "keys [0, P + i + 1)), D=%d; mqa_logits writes full float32 logits [S, S_kv] with "
                      "clean_logits, as DeepGEMM's fp8_mqa_logits test runs it; random e4m3 inputs; "
-                     "median of %d run%s%s\n",
+                     "median of %d run%s%s%s\n",
                kHeadDim, bench.iters, bench.iters == 1 ? "" : "s",
                bench.gpu() ? " (CUDA events around the enqueued work), queries and keys rotated over >= 2 copies"
-                           : " (wall clock)");
+                           : " (wall clock)",
+               fewer.c_str());
   std::fprintf(text, "TFLOP/s counts 2*H*D per valid (row, key) pair; us and TFLOP/s compare with DeepGEMM's test; "
                      "calls = mqa_logits calls per run (NxR: logits over %zu GiB split into N chunks of R rows, "
                      "the time is their sum)\n",
