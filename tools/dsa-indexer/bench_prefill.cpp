@@ -478,7 +478,7 @@ int prefill_grid(const Bench& bench, const Options& options, std::FILE* text, Js
                      "full row; floor = one read of the valid logits at copy bandwidth):\n",
                topk.point.heads, context_label(topk.point.seq).c_str(), context_label(topk.point.prefix).c_str(),
                topk.k);
-  std::fprintf(text, "  %s us, floor %s us, time/floor %s, host %s us | %s\n", microseconds(topk.seconds).c_str(),
+  std::fprintf(text, "  %s us, floor %s us, time/floor %s (the target: at most 3), host %s us | %s\n", microseconds(topk.seconds).c_str(),
                microseconds(topk.floor_s).c_str(), ratio(topk.seconds, topk.floor_s).c_str(),
                microseconds(topk.host_s).c_str(), topk.problems.empty() ? "ok" : topk.problems.c_str());
   return all_ok ? 0 : 1;
