@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.hpp"
+#include "bench_prefill.hpp"
 #include "device_timing.hpp"
 #include "dsa/dsa.hpp"
 #include "json.hpp"
@@ -23,16 +25,11 @@ namespace {
 constexpr double kSpread = 0.3;  // the reference grid: lengths uniform in +-30%
 constexpr int kGpuIters = 50;
 constexpr int kCpuIters = 3;
-constexpr int kGpuWarmup = 3;
 constexpr int kRateIters = 20;
 constexpr int kMatmulSize = 8192;
 constexpr std::size_t kCopyBytes = std::size_t{1} << 30;
-// Inputs are rotated until the working set is this many times the L2 cache.
-constexpr std::size_t kL2Multiple = 4;
-constexpr int kMaxRotation = 16;
 // Native and per-token logits must agree this closely (relative to the row rms).
 constexpr double kPathAgreementTolerance = 1e-2;
-constexpr double kNotMeasured = std::numeric_limits<double>::quiet_NaN();
 
 struct GridPoint {
   std::int64_t batch;
@@ -62,57 +59,6 @@ std::vector<GridPoint> grid_points(GridSize size) {
   }
   return points;
 }
-
-// What a device measurement environment provides.
-struct Bench {
-  Target target;
-  dsa::ExecContext ctx;          // backend, stream, workspace set per point
-  int iters = kGpuIters;
-  int warmup = kGpuWarmup;
-  std::size_t l2_bytes = 0;
-  std::size_t rotation_budget = 0;  // bytes the rotated copies may take
-  double copy_bandwidth = 0;        // bytes / s, read + written
-  double fp8_rate = 0;              // FLOP / s
-
-  bool gpu() const { return target.on_gpu(); }
-
-  // Medians of the operation's time and of the host's time per call.
-  dsa::Status time(const std::function<dsa::Status(int run)>& launch, double* seconds,
-                   double* host_seconds = nullptr) const {
-    RunTimes runs;
-    DSA_RETURN_IF_ERROR(time_runs(gpu(), ctx.stream, gpu() ? warmup : 0, iters, launch, &runs));
-    *seconds = median(runs.elapsed);
-    if (host_seconds != nullptr) *host_seconds = median(runs.host);
-    return {};
-  }
-};
-
-// The original buffer plus device copies to cycle through, so that repeated
-// runs do not find their inputs in the L2 cache.
-class Rotation {
- public:
-  dsa::Status create(const Buffer& original, const Bench& bench) {
-    sets_ = {&original};
-    copies_.clear();
-    if (!bench.gpu() || original.bytes() == 0) return {};
-    const std::size_t wanted = (kL2Multiple * bench.l2_bytes + original.bytes() - 1) / original.bytes();
-    const std::size_t affordable = 1 + bench.rotation_budget / original.bytes();
-    const std::size_t count = std::min<std::size_t>({std::max<std::size_t>(wanted, 2), affordable, kMaxRotation});
-    copies_.resize(count - 1);
-    for (Buffer& copy : copies_) {
-      DSA_RETURN_IF_ERROR(Buffer::allocate(original.bytes(), original.device(), &copy));
-      DSA_RETURN_IF_ERROR(copy_device_to_device(copy.data(), original.data(), original.bytes(), bench.ctx.stream));
-      sets_.push_back(&copy);
-    }
-    return synchronize_stream(bench.ctx.stream);
-  }
-  const Buffer& at(int run) const { return *sets_[static_cast<std::size_t>(run) % sets_.size()]; }
-  int size() const { return static_cast<int>(sets_.size()); }
-
- private:
-  std::vector<Buffer> copies_;
-  std::vector<const Buffer*> sets_;
-};
 
 struct PointResult {
   GridPoint point{};
@@ -401,20 +347,6 @@ TopkLine measure_topk_line(const Bench& bench, std::int64_t rows, std::int64_t l
   return line;
 }
 
-std::string microseconds(double seconds) {
-  return std::isnan(seconds) ? std::string("n/a") : format("%.1f", seconds * 1e6);
-}
-
-std::string ratio(double numerator, double denominator) {
-  return std::isnan(numerator) || std::isnan(denominator) || denominator <= 0 ? std::string("n/a")
-                                                                               : format("%.2f", numerator / denominator);
-}
-
-std::string context_label(std::int64_t tokens) {
-  return tokens % 1024 == 0 ? format("%lldK", static_cast<long long>(tokens / 1024))
-                            : format("%lld", static_cast<long long>(tokens));
-}
-
 Json point_json(const PointResult& r) {
   Json entry = Json::object();
   entry.set("batch", r.point.batch);
@@ -480,26 +412,65 @@ void print_step_table(std::FILE* out, const std::vector<PointResult>& results) {
   }
 }
 
-dsa::Status measure_rates(Bench* bench, std::FILE* text, Json* document) {
+// The copy bandwidth and the cuBLASLt fp8 matrix rate; with `tensor_core`
+// (the prefill grid) also the fp8 tensor-core rate its floor uses, where a
+// GPU without it (or without cuBLASLt's fp8 product) leaves that rate 0.
+dsa::Status measure_rates(Bench* bench, bool tensor_core, std::FILE* text, Json* document) {
   const std::size_t copy_bytes = std::min<std::size_t>(kCopyBytes, bench->rotation_budget / 2);
   DSA_RETURN_IF_ERROR(measure_copy_bandwidth(bench->ctx.stream, copy_bytes, kRateIters, &bench->copy_bandwidth));
-  MatmulRate rate;
-  DSA_RETURN_IF_ERROR(measure_fp8_matmul_rate(bench->ctx.stream, kMatmulSize, kRateIters, &rate));
-  bench->fp8_rate = rate.flops_per_second;
   Json& rates = document->set("rates", Json::object());
   Json& copy = rates.set("copy_bandwidth", Json::object());
   copy.set("bytes_per_second", bench->copy_bandwidth);
   copy.set("buffer_bytes", static_cast<std::int64_t>(copy_bytes));
   copy.set("method", "cudaMemcpyAsync device to device, bytes read + written, median");
-  Json& matmul = rates.set("fp8_matmul", Json::object());
-  matmul.set("flops_per_second", rate.flops_per_second);
-  matmul.set("size", rate.size);
-  matmul.set("output_type", rate.output_type);
-  matmul.set("method", "cuBLASLt e4m3 x e4m3, fp32 accumulation, median");
   std::fprintf(text, "copy bandwidth  %.2f TB/s (device-to-device cudaMemcpyAsync of %zu MiB, read + write, median of %d)\n",
                bench->copy_bandwidth * 1e-12, copy_bytes >> 20, kRateIters);
-  std::fprintf(text, "fp8 matrix rate %.0f TFLOP/s (cuBLASLt e4m3 x e4m3 %d^3, %s output, fp32 accumulation, median of %d)\n",
-               bench->fp8_rate * 1e-12, rate.size, rate.output_type.c_str(), kRateIters);
+
+  MatmulRate rate;
+  const dsa::Status matmul_status = measure_fp8_matmul_rate(bench->ctx.stream, kMatmulSize, kRateIters, &rate);
+  Json& matmul = rates.set("fp8_matmul", Json::object());
+  matmul.set("method", "cuBLASLt e4m3 x e4m3, fp32 accumulation, median");
+  if (tensor_core && matmul_status.code() == dsa::ErrorCode::unsupported) {
+    matmul.set("unavailable", matmul_status.message());
+    std::fprintf(text, "fp8 matrix rate not measured: %s\n", matmul_status.message().c_str());
+  } else {
+    DSA_RETURN_IF_ERROR(matmul_status);
+    bench->fp8_rate = rate.flops_per_second;
+    matmul.set("flops_per_second", rate.flops_per_second);
+    matmul.set("size", rate.size);
+    matmul.set("output_type", rate.output_type);
+    std::fprintf(text, "fp8 matrix rate %.0f TFLOP/s (cuBLASLt e4m3 x e4m3 %d^3, %s output, fp32 accumulation, median of %d)\n",
+                 bench->fp8_rate * 1e-12, rate.size, rate.output_type.c_str(), kRateIters);
+  }
+  if (!tensor_core) return {};
+
+  TensorCoreRate peak;
+  const dsa::Status peak_status = measure_fp8_tensor_core_rate(bench->ctx.stream, kRateIters, &peak);
+  Json& tensor_core_json = rates.set("fp8_tensor_core", Json::object());
+  tensor_core_json.set("method", "back-to-back wgmma m64nNk32 e4m3 x e4m3 -> float32, operands in shared memory, "
+                                 "every multiprocessor filled, median; the faster of N = 128 and 256");
+  if (peak_status.code() == dsa::ErrorCode::unsupported) {
+    tensor_core_json.set("unavailable", peak_status.message());
+    std::fprintf(text, "fp8 tensor-core rate not measured (%s): no fp8 rate floor\n", peak_status.message().c_str());
+    return {};
+  }
+  DSA_RETURN_IF_ERROR(peak_status);
+  bench->fp8_peak_rate = peak.flops_per_second;
+  tensor_core_json.set("flops_per_second", peak.flops_per_second);
+  tensor_core_json.set("n", peak.n);
+  tensor_core_json.set("ctas", peak.ctas);
+  tensor_core_json.set("warpgroups_per_sm", peak.warpgroups_per_sm);
+  Json& by_n = tensor_core_json.set("by_n", Json::array());
+  std::string others;
+  for (const auto& [n, flops_per_second] : peak.by_n) {
+    Json& entry = by_n.push(Json::object());
+    entry.set("n", n);
+    entry.set("flops_per_second", flops_per_second);
+    if (n != peak.n) others += format(", m64n%dk32: %.0f", n, flops_per_second * 1e-12);
+  }
+  std::fprintf(text, "fp8 tensor-core rate %.0f TFLOP/s (wgmma m64n%dk32 e4m3 from shared memory, %d CTAs, "
+                     "%d warpgroups per SM, median of %d%s)\n",
+               peak.flops_per_second * 1e-12, peak.n, peak.ctas, peak.warpgroups_per_sm, kRateIters, others.c_str());
   return {};
 }
 
@@ -527,11 +498,13 @@ int gpu_bench(const Options& options, const Target& target, std::FILE* text, Jso
                dsa::backend_name(target.backend), device_text.c_str());
   document->set("device", device_text);
   document->set("backend", dsa::backend_name(target.backend));
-  if (auto s = measure_rates(&bench, text, document); !s.ok()) {
+  const bool prefill = options.grid == GridSize::prefill;
+  if (auto s = measure_rates(&bench, prefill, text, document); !s.ok()) {
     std::fprintf(stderr, "dsa-indexer bench: measuring the floor rates: %s\n", s.to_string().c_str());
     document->set("error", s.to_string());
     return 1;
   }
+  if (prefill) return prefill_grid(bench, options, text, document);
   Json& parameters = document->set("parameters", Json::object());
   parameters.set("grid", grid_size_name(options.grid));
   parameters.set("heads", options.heads);
@@ -626,7 +599,12 @@ int gpu_bench(const Options& options, const Target& target, std::FILE* text, Jso
 
 // Without a GPU: one small point on the CPU backend, without a floor.
 int cpu_bench(const Options& options, const Target& target, std::FILE* text, Json* document) {
-  const std::string reason = "the reference grid and its floor need a CUDA GPU; none is available";
+  const bool prefill = options.grid == GridSize::prefill;
+  const std::string reason =
+      std::string(prefill ? "the prefill grid" : "the reference grid") + " and its floor need a CUDA GPU; " +
+      (options.backend == BackendChoice::automatic
+           ? std::string("none is available")
+           : format("--backend %s runs on the host", backend_choice_name(options.backend)));
   std::fprintf(text, "dsa-indexer bench: %s.\nTiming one small point on the %s backend instead (%s):\n",
                reason.c_str(), dsa::backend_name(target.backend), describe_device(target).c_str());
   document->set("grid", Json());
@@ -635,6 +613,7 @@ int cpu_bench(const Options& options, const Target& target, std::FILE* text, Jso
   bench.target = target;
   bench.ctx.backend = target.backend;
   bench.iters = options.iters.value_or(kCpuIters);
+  if (prefill) return prefill_cpu_point(bench, options, text, document);
   const GridPoint point{2, 2048, 2};
   const PointResult result = measure_point(bench, point, options, options.seed);
   Json& cpu = document->set("cpu_point", point_json(result));

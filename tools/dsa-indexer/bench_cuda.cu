@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "cuda/hopper/ptx.cuh"
 #include "device_timing.hpp"
 #include "dsa/device.hpp"
 #include "timing.hpp"
@@ -205,6 +206,107 @@ dsa::Status plan_fp8_matmul(int size, cudaDataType_t output_type, std::size_t wo
   return {};
 }
 
+
+// ---- the fp8 tensor-core rate (sm_90a) ------------------------------------
+
+namespace ptx = dsa::detail::cuda::hopper::ptx;
+
+constexpr int kPeakWarpgroups = 2;  // per CTA, sharing the operand tiles
+constexpr int kPeakThreads = 128 * kPeakWarpgroups;
+constexpr int kPeakSteps = 1024;    // per warpgroup: kPeakSlices products each
+constexpr int kPeakSlices = 4;      // the k32 slices of a 128-byte operand row
+constexpr int kPeakRowBytes = 128;  // K-major rows with the 128-byte swizzle
+
+// The operand tiles, A [64 x 128 B] then B [N x 128 B], from a 1024-byte
+// aligned base (the swizzle's alignment), plus the slack to align it.
+template <int N>
+constexpr int peak_shared_bytes() {
+  return 1024 + (64 + N) * kPeakRowBytes;
+}
+
+// Every warpgroup multiplies the same shared tiles into its own accumulators,
+// kPeakSteps * kPeakSlices products of 2 * 64 * N * 32 FLOPs each, keeping one
+// commit group in flight while it issues the next. The tiles hold random
+// e4m3 bytes (finite, magnitudes below 2): tensor-core power, and so the
+// clock, depends on the data, and zeros would flatter the rate. Each thread
+// stores the sum of its accumulators so no product is dead code, and the
+// first thread marks that the sm_90a body ran (the generic PTX target of the
+// same kernel has an empty body).
+template <int N>
+__global__ void __launch_bounds__(kPeakThreads) fp8_peak_kernel(float* sink, int* executed) {
+#if DSA_SM90A_ENABLED
+  extern __shared__ unsigned char shared_raw[];
+  unsigned char* tiles = shared_raw + ((1024 - (ptx::smem_address(shared_raw) & 1023)) & 1023);
+  constexpr int kTileBytes = (64 + N) * kPeakRowBytes;
+  for (int i = static_cast<int>(threadIdx.x); i < kTileBytes; i += kPeakThreads) {
+    const unsigned long long bits = mix((static_cast<unsigned long long>(blockIdx.x) << 32) ^ i);
+    tiles[i] = static_cast<unsigned char>((bits & 0x80) | ((bits >> 8) & 0x3F));
+  }
+  ptx::fence_proxy_async_shared();  // the generic-proxy writes, before wgmma reads them
+  __syncthreads();
+  const std::uint32_t a = ptx::k_major_swizzle128_descriptor_low(tiles);
+  const std::uint32_t b = ptx::k_major_swizzle128_descriptor_low(tiles + 64 * kPeakRowBytes);
+  float d[N / 2];
+  for (float& value : d) value = 0.0f;
+  ptx::wgmma_fence();
+  for (int step = 0; step < kPeakSteps; ++step) {
+#pragma unroll
+    for (int k = 0; k < kPeakSlices; ++k) {
+      // Descriptor addresses count 16-byte units: a k32 slice is 2 of them.
+      ptx::WgmmaE4m3<N>::mma(d, ptx::swizzle128_descriptor(a + 2 * k), ptx::swizzle128_descriptor(b + 2 * k),
+                             true);
+    }
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<1>();
+  }
+  ptx::wgmma_wait<0>();
+  float sum = 0.0f;
+  for (float& value : d) {
+    ptx::fence_operand(value);
+    sum += value;
+  }
+  sink[static_cast<std::size_t>(blockIdx.x) * kPeakThreads + threadIdx.x] = sum;
+  if (blockIdx.x == 0 && threadIdx.x == 0) *executed = 1;
+#else
+  (void)sink;
+  (void)executed;
+#endif
+}
+
+// Times fp8_peak_kernel<N> on every multiprocessor, filled to its occupancy.
+template <int N>
+dsa::Status time_fp8_peak(void* stream, int iters, int multiprocessors, double* flops_per_second,
+                          int* ctas, int* warpgroups_per_sm) {
+  constexpr int kSharedBytes = peak_shared_bytes<N>();
+  static_assert(kSharedBytes <= 48 * 1024, "the tiles fit the default dynamic shared memory limit");
+  int per_sm = 0;
+  DSA_RETURN_IF_ERROR(cuda_status(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fp8_peak_kernel<N>, kPeakThreads, kSharedBytes),
+      "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
+  if (per_sm < 1) return {dsa::ErrorCode::unsupported, "the fp8 rate kernel does not fit a multiprocessor"};
+  const int blocks = per_sm * multiprocessors;
+  dsa::DeviceBuffer sink, executed;
+  DSA_RETURN_IF_ERROR(
+      allocate_on_current_device(static_cast<std::size_t>(blocks) * kPeakThreads * sizeof(float), &sink));
+  DSA_RETURN_IF_ERROR(allocate_on_current_device(sizeof(int), &executed));
+  DSA_RETURN_IF_ERROR(executed.fill_bytes(0));
+  RunTimes times;
+  DSA_RETURN_IF_ERROR(time_device_runs(stream, 3, iters, [&](int) {
+    fp8_peak_kernel<N><<<blocks, kPeakThreads, kSharedBytes, as_stream(stream)>>>(
+        static_cast<float*>(sink.data()), static_cast<int*>(executed.data()));
+    return cuda_status(cudaGetLastError(), "fp8_peak_kernel");
+  }, &times));
+  int ran = 0;
+  DSA_RETURN_IF_ERROR(executed.copy_to_host(&ran, sizeof ran));
+  if (ran != 1) {
+    return {dsa::ErrorCode::unsupported, "the tool was built without sm_90a code (see DSA_CUDA_GENCODE)"};
+  }
+  const double flops = 2.0 * 64 * N * 32 * kPeakSlices * static_cast<double>(kPeakSteps) * kPeakWarpgroups * blocks;
+  *flops_per_second = flops / median(times.elapsed);
+  *ctas = blocks;
+  *warpgroups_per_sm = per_sm * kPeakWarpgroups;
+  return {};
+}
 }  // namespace
 
 dsa::Status time_device_runs(void* stream, int warmup, int iters,
@@ -329,6 +431,42 @@ dsa::Status measure_fp8_matmul_rate(void* stream, int size, int iters, MatmulRat
     return {};
   }
   return {dsa::ErrorCode::unsupported, "cuBLASLt offers no fp8 e4m3 matrix product on this device"};
+}
+
+dsa::Status measure_fp8_tensor_core_rate(void* stream, int iters, TensorCoreRate* rate) {
+  int device = 0, major = 0, minor = 0, multiprocessors = 0;
+  DSA_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device), "cudaGetDevice"));
+  DSA_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+                                  "cudaDeviceGetAttribute"));
+  DSA_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
+                                  "cudaDeviceGetAttribute"));
+  DSA_RETURN_IF_ERROR(cuda_status(
+      cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute"));
+  if (major != 9 || minor != 0) {
+    return {dsa::ErrorCode::unsupported, "wgmma needs an sm_90 GPU, this one is sm_" + std::to_string(major) +
+                                             std::to_string(minor)};
+  }
+  *rate = {};
+  const auto keep = [&](int n, double flops_per_second, int ctas, int warpgroups_per_sm) {
+    rate->by_n.emplace_back(n, flops_per_second);
+    if (flops_per_second > rate->flops_per_second) {
+      rate->flops_per_second = flops_per_second;
+      rate->n = n;
+      rate->ctas = ctas;
+      rate->warpgroups_per_sm = warpgroups_per_sm;
+    }
+  };
+  double flops_per_second = 0;
+  int ctas = 0, warpgroups_per_sm = 0;
+  DSA_RETURN_IF_ERROR(time_fp8_peak<128>(stream, iters, multiprocessors, &flops_per_second, &ctas, &warpgroups_per_sm));
+  keep(128, flops_per_second, ctas, warpgroups_per_sm);
+  DSA_RETURN_IF_ERROR(time_fp8_peak<256>(stream, iters, multiprocessors, &flops_per_second, &ctas, &warpgroups_per_sm));
+  keep(256, flops_per_second, ctas, warpgroups_per_sm);
+  return {};
+}
+
+dsa::Status device_memory(std::size_t* free_bytes, std::size_t* total_bytes) {
+  return cuda_status(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo");
 }
 
 dsa::Status copy_device_to_device(void* dst, const void* src, std::size_t bytes, void* stream) {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dsa/status.hpp"
@@ -52,6 +53,25 @@ struct MatmulRate {
 // Median rate of a cuBLASLt fp8 e4m3 x e4m3 size^3 matrix product with fp32
 // accumulation (fp32 output where cuBLASLt offers it, else bf16).
 dsa::Status measure_fp8_matmul_rate(void* stream, int size, int iters, MatmulRate* rate);
+
+// The dense fp8 tensor-core rate of an sm_90a GPU: every warpgroup issues
+// back-to-back wgmma m64nNk32 e4m3 x e4m3 -> float32 products whose operands
+// stay in shared memory (no global memory traffic in the loop), several
+// warpgroups per multiprocessor, as many CTAs as fit on the GPU; the median
+// over `iters` launches, for N = 128 and 256, the faster N kept.
+struct TensorCoreRate {
+  double flops_per_second = 0;
+  int n = 0;                  // the N of the faster product
+  int ctas = 0;               // CTAs launched
+  int warpgroups_per_sm = 0;  // resident at once
+  std::vector<std::pair<int, double>> by_n;  // (N, FLOP/s) of each product measured
+};
+// `unsupported` (with the reason) on a GPU that is not sm_90, or when the
+// tool was built without sm_90a code: there is then no fp8 rate floor.
+dsa::Status measure_fp8_tensor_core_rate(void* stream, int iters, TensorCoreRate* rate);
+
+// Free and total memory of the current device (cudaMemGetInfo).
+dsa::Status device_memory(std::size_t* free_bytes, std::size_t* total_bytes);
 
 // Asynchronous device-to-device copy on `stream`.
 dsa::Status copy_device_to_device(void* dst, const void* src, std::size_t bytes, void* stream);

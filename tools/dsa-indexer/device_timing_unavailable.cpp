@@ -19,6 +19,8 @@ dsa::Status CapturedGraph::capture(void*, const std::function<dsa::Status()>&, C
 dsa::Status CapturedGraph::replay(void*) const { return no_cuda(); }
 dsa::Status measure_copy_bandwidth(void*, std::size_t, int, double*) { return no_cuda(); }
 dsa::Status measure_fp8_matmul_rate(void*, int, int, MatmulRate*) { return no_cuda(); }
+dsa::Status measure_fp8_tensor_core_rate(void*, int, TensorCoreRate*) { return no_cuda(); }
+dsa::Status device_memory(std::size_t*, std::size_t*) { return no_cuda(); }
 dsa::Status copy_device_to_device(void*, const void*, std::size_t, void*) { return no_cuda(); }
 dsa::Status synchronize_stream(void*) { return no_cuda(); }
 dsa::Status fill_random_bf16(void*, std::size_t, std::size_t, std::uint64_t, void*) {

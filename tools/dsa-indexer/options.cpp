@@ -190,7 +190,10 @@ std::vector<Flag> flag_table() {
       {"--grid", false, true, false,
        [](std::string_view v, Options& o) {
          return one_of<GridSize>("--grid", v,
-                                 {{"full", GridSize::full}, {"small", GridSize::small}, {"topk", GridSize::topk}},
+                                 {{"full", GridSize::full},
+                                  {"small", GridSize::small},
+                                  {"topk", GridSize::topk},
+                                  {"prefill", GridSize::prefill}},
                                  &o.grid);
        }},
   };
@@ -231,6 +234,7 @@ const char* grid_size_name(GridSize size) noexcept {
     case GridSize::full: return "full";
     case GridSize::small: return "small";
     case GridSize::topk: return "topk";
+    case GridSize::prefill: return "prefill";
   }
   return "?";
 }
@@ -329,7 +333,8 @@ Usage:
                                   pipeline on one backend, verify it against the float64
                                   CPU reference and time every stage
   dsa-indexer bench [options]     GPU: measure copy bandwidth and the fp8 matrix rate,
-                                  then time the reference grid against its floor
+                                  then time the reference grid (or --grid prefill) against
+                                  its floor
   dsa-indexer prefill [options]   build a causal prefill workload, score it with mqa_logits
                                   and take the ragged top-k on one backend, verify both
                                   against the float64 CPU reference and time them
@@ -362,7 +367,11 @@ Options of bench:
   --backend B     as above (default auto)
   --grid G        full: B in {32, 128} x average context {8K, 32K, 64K} x next_n 1..4;
                   small: B in {1, 4, 8, 16} at 4K and 16K, B=32 at 8K and B=128 at 64K,
-                  next_n 1..4; topk: only the top-k lines (default full)
+                  next_n 1..4; topk: only the top-k lines;
+                  prefill: mqa_logits over causal prefill chunks, H in {64, 32} x
+                  S in {512, 4K, 16K} new tokens x prefix P in {0, 32K, 96K}, against the
+                  fp8 tensor-core rate, and the ragged top-k of S=4K over P=32K (--heads
+                  does not apply) (default full)
   --heads N, --page-size P, --k N, --seed N
   --iters N       timed repetitions per measurement (default 50)
   --json[=FILE]   everything measured, as JSON; the table is printed at the end

@@ -19,7 +19,7 @@ enum class BackendChoice { automatic, cpu, cpu_reference, cuda, cuda_generic, cu
 
 const char* backend_choice_name(BackendChoice choice) noexcept;
 
-enum class GridSize { full, small, topk };
+enum class GridSize { full, small, topk, prefill };
 
 const char* grid_size_name(GridSize size) noexcept;
 

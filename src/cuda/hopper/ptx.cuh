@@ -350,6 +350,15 @@ struct WgmmaE4m3;
 #define DSA_WGMMA_ACC_4 \
   DSA_WGMMA_ACC_3 ", %48, %49, %50, %51, %52, %53, %54, %55, " \
   "%56, %57, %58, %59, %60, %61, %62, %63"
+#define DSA_WGMMA_ACC_8 \
+  DSA_WGMMA_ACC_4 ", %64, %65, %66, %67, %68, %69, %70, %71, " \
+  "%72, %73, %74, %75, %76, %77, %78, %79, " \
+  "%80, %81, %82, %83, %84, %85, %86, %87, " \
+  "%88, %89, %90, %91, %92, %93, %94, %95, " \
+  "%96, %97, %98, %99, %100, %101, %102, %103, " \
+  "%104, %105, %106, %107, %108, %109, %110, %111, " \
+  "%112, %113, %114, %115, %116, %117, %118, %119, " \
+  "%120, %121, %122, %123, %124, %125, %126, %127"
 #define DSA_WGMMA_BIND8(i)                                                                        \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]),     \
       "+f"(d[i + 6]), "+f"(d[i + 7])
@@ -357,6 +366,10 @@ struct WgmmaE4m3;
 #define DSA_WGMMA_BIND_2 DSA_WGMMA_BIND_1, DSA_WGMMA_BIND8(16), DSA_WGMMA_BIND8(24)
 #define DSA_WGMMA_BIND_3 DSA_WGMMA_BIND_2, DSA_WGMMA_BIND8(32), DSA_WGMMA_BIND8(40)
 #define DSA_WGMMA_BIND_4 DSA_WGMMA_BIND_3, DSA_WGMMA_BIND8(48), DSA_WGMMA_BIND8(56)
+#define DSA_WGMMA_BIND_8                                                                          \
+  DSA_WGMMA_BIND_4, DSA_WGMMA_BIND8(64), DSA_WGMMA_BIND8(72), DSA_WGMMA_BIND8(80),                \
+      DSA_WGMMA_BIND8(88), DSA_WGMMA_BIND8(96), DSA_WGMMA_BIND8(104), DSA_WGMMA_BIND8(112),       \
+      DSA_WGMMA_BIND8(120)
 #if DSA_SM90A_ENABLED
 #define DSA_WGMMA_E4M3_BODY(N, ACC, A, B, FLAG, ...)                                              \
   asm volatile("{\n.reg .pred p;\n"                                                               \
@@ -384,16 +397,19 @@ struct WgmmaE4m3;
 DSA_WGMMA_E4M3(32, DSA_WGMMA_ACC_1, "%16", "%17", "%18", DSA_WGMMA_BIND_1)
 DSA_WGMMA_E4M3(64, DSA_WGMMA_ACC_2, "%32", "%33", "%34", DSA_WGMMA_BIND_2)
 DSA_WGMMA_E4M3(128, DSA_WGMMA_ACC_4, "%64", "%65", "%66", DSA_WGMMA_BIND_4)
+DSA_WGMMA_E4M3(256, DSA_WGMMA_ACC_8, "%128", "%129", "%130", DSA_WGMMA_BIND_8)
 #undef DSA_WGMMA_E4M3
 #undef DSA_WGMMA_E4M3_BODY
 #undef DSA_WGMMA_ACC_1
 #undef DSA_WGMMA_ACC_2
 #undef DSA_WGMMA_ACC_3
 #undef DSA_WGMMA_ACC_4
+#undef DSA_WGMMA_ACC_8
 #undef DSA_WGMMA_BIND8
 #undef DSA_WGMMA_BIND_1
 #undef DSA_WGMMA_BIND_2
 #undef DSA_WGMMA_BIND_3
 #undef DSA_WGMMA_BIND_4
+#undef DSA_WGMMA_BIND_8
 
 }  // namespace dsa::detail::cuda::hopper::ptx
