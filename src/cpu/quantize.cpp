@@ -1,5 +1,7 @@
 #include "cpu/quantize.hpp"
 
+#include <cmath>
+
 #include "cpu/simd_clones.hpp"
 
 namespace dsa::detail::cpu {
@@ -24,7 +26,37 @@ template <typename Load>
   return scale;
 }
 
+// quantize_fp4_vector for values load(i).
+template <typename Load>
+std::uint32_t quantize_fp4_loaded(Load load, int count, std::uint8_t* out) {
+  std::uint32_t scale_word = 0;
+  for (int block = 0; block * kFp4BlockElements < count; ++block) {
+    const int first = block * kFp4BlockElements;
+    float amax = 0.0f;
+    for (int i = first; i < first + kFp4BlockElements; ++i) {
+      const float magnitude = std::fabs(load(i));
+      amax = magnitude > amax ? magnitude : amax;  // NaN compares false: left out
+    }
+    const std::uint8_t exponent = fp4_block_scale(amax);
+    const float scale = ue8m0_to_float(exponent);
+    for (int i = first; i < first + kFp4BlockElements; i += 2) {
+      out[i / 2] = static_cast<std::uint8_t>(float_to_e2m1(load(i) / scale) | (float_to_e2m1(load(i + 1) / scale) << 4));
+    }
+    scale_word |= std::uint32_t{exponent} << (8 * block);
+  }
+  return scale_word;
+}
+
 }  // namespace
+
+std::uint32_t quantize_fp4_vector(const void* source, DType dtype, int count, std::uint8_t* out) {
+  if (dtype == DType::bfloat16) {
+    const auto* values = static_cast<const std::uint16_t*>(source);
+    return quantize_fp4_loaded([values](int i) { return bf16_to_float(values[i]); }, count, out);
+  }
+  const auto* values = static_cast<const float*>(source);
+  return quantize_fp4_loaded([values](int i) { return values[i]; }, count, out);
+}
 
 DSA_CPU_CLONES float quantize_vector(const void* source, DType dtype, int count, bool power_of_two_scale,
                                      std::uint8_t* out) {

@@ -29,7 +29,7 @@ __global__ void __launch_bounds__(kQuantizeThreads) quantize_queries_kernel(Quan
                     (b * p.q_stride_b + j * p.q_stride_n + h * p.q_stride_h) * q_element;
     const float scale = warp_vector_scale(q, p.q_dtype, p.head_dim, p.power_of_two_scales, lane);
     warp_quantize_vector(q, p.q_dtype, p.head_dim, scale,
-                         p.q_fp8 + b * p.q_fp8_stride_b + j * p.q_fp8_stride_n + h * p.q_fp8_stride_h,
+                         p.q_codes + b * p.q_codes_stride_b + j * p.q_codes_stride_n + h * p.q_codes_stride_h,
                          lane);
     if (lane == 0) {
       const float gate =
