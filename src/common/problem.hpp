@@ -58,7 +58,8 @@ struct QuantizeQueriesProblem {
   bool power_of_two_scales = false;
   float weight_scale = 1.0f;  // resolved (never 0)
 
-  bool fp4() const { return q_block_scales != nullptr; }
+  // constexpr: the CUDA kernels call it too.
+  constexpr bool fp4() const { return q_block_scales != nullptr; }
 };
 
 enum class LengthConvention { causal, expanded, legacy };
@@ -116,8 +117,9 @@ struct LogitsProblem {
   bool clean_logits = false;
 
   std::int64_t rows() const { return batch * next_n; }
-  bool fp4_queries() const { return q_scales != nullptr; }
-  bool fp4_keys() const { return cache.format == KeyFormat::fp4_e2m1; }
+  // constexpr: the CUDA kernels call them too.
+  constexpr bool fp4_queries() const { return q_scales != nullptr; }
+  constexpr bool fp4_keys() const { return cache.format == KeyFormat::fp4_e2m1; }
   // Rows one schedule unit scores together: a request's next_n rows on the
   // native path, one row on the per-token path.
   int rows_per_unit() const { return path == LogitsPath::per_token ? 1 : static_cast<int>(next_n); }
