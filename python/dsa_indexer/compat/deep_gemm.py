@@ -1,6 +1,6 @@
 """DeepGEMM-compatible entry points: the names, arguments, defaults, shapes and results of
 DeepGEMM's paged indexer functions, for every next_n (DeepGEMM's Hopper kernel serves
-next_n <= 2 only) and for caches of 64- or 32-token pages.
+next_n <= 2 only), for caches of 64- or 32-token pages and for fp8 or fp4 queries and keys.
 
     num_sms = get_num_sms()
     schedule = get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms)
@@ -12,11 +12,16 @@ fp8_paged_mqa_logits is the legacy name: the same function, with q itself instea
 pair (q, None).
 
   q               float8_e4m3fn [B, next_n, H, D] (or uint8 holding its bytes); the current
-                  name takes the pair (q, None): FP4 queries (q_fp4, q_sf) are not
-                  supported yet (NotImplementedError)
-  kv_cache        uint8 [num_blocks, block_kv, 1, D + 4], block_kv 64 or 32 (per block:
-                  fp8 keys, then fp32 scales); the page size is read from this view
-  weights         float32 [B * next_n, H]
+                  name takes the pair (q, None), or FP4 queries as the pair (q_fp4, q_sf):
+                  q_fp4 packed e2m1 codes uint8 or int8 [B, next_n, H, 64] (element 2i in
+                  the low nibble), q_sf int32 [B, next_n, H] (four ue8m0 block scales,
+                  block 0 in the lowest byte); D = 128
+  kv_cache        uint8 [num_blocks, block_kv, 1, W], block_kv 64 or 32: W = D + 4 for fp8
+                  keys (per block: fp8 keys, then fp32 scales) or D / 2 + 4 = 68 for fp4
+                  keys (per block: packed e2m1 codes, then the ue8m0 scale words); the
+                  page size and key format are read from this view
+  weights         float32 [B * next_n, H] (the fp8 query scale folded in; FP4 queries carry
+                  their scales in q_sf)
   context_lens    int32 [B, next_n] (row j of request b sees positions < L[b, j]), or
                   the legacy int32 [B] (row j sees positions <= len_b - next_n + j)
   block_table     int32 [B, max_blocks] of block_kv-token blocks
@@ -33,7 +38,8 @@ Prefill scoring over a contiguous key run (dsa_indexer.mqa_logits):
                                 clean_logits=True, max_seqlen_k=0)
 
   q               float8_e4m3fn [S, H, D] (fp8_mqa_logits) or the pair (q, None)
-                  (fp8_fp4_mqa_logits; FP4 queries raise NotImplementedError)
+                  (fp8_fp4_mqa_logits; FP4 queries raise NotImplementedError: prefill
+                  scoring reads fp8 queries and keys only)
   kv              the pair (keys float8_e4m3fn [S_kv, D], key_scales float32 [S_kv]);
                   FP4 keys (packed keys with integer scale factors) raise
                   NotImplementedError
@@ -112,7 +118,7 @@ def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms, indices=None)
 
 
 def _paged_mqa_logits(op, q, kv_cache, weights, context_lens, block_table, schedule_meta,
-                      max_context_len, clean_logits, logits_dtype):
+                      max_context_len, clean_logits, logits_dtype, q_block_scales=None):
     out_dtype = _logits_dtype_name(op, logits_dtype)
     if _is_legacy(context_lens):
         lens = ops.legacy_context_lens(context_lens, q.shape[1])
@@ -122,30 +128,54 @@ def _paged_mqa_logits(op, q, kv_cache, weights, context_lens, block_table, sched
         path = "auto"
     return ops.paged_mqa_logits(q, kv_cache, weights, lens, block_table, max_context_len,
                                 schedule_meta, clean_logits=bool(clean_logits), path=path,
-                                out_dtype=out_dtype)
+                                q_block_scales=q_block_scales, out_dtype=out_dtype)
 
 
 def _fp8_query(op, q, shape):
-    """q_fp8 of the fp8_fp4 entry points' pair (q_fp8, None); FP4 queries are refused."""
+    """q_fp8 of fp8_fp4_mqa_logits' pair (q_fp8, None); FP4 queries are refused."""
     if not isinstance(q, (tuple, list)) or len(q) != 2:
         raise TypeError(f"{op}: q: expected the pair (q_fp8, None), got {type(q).__name__}")
     if q[1] is not None:
         raise NotImplementedError(
-            f"{op}: q: FP4 queries (q_fp4, q_sf) are not supported yet; pass (q_fp8, None) "
-            f"with float8_e4m3fn queries {shape}")
+            f"{op}: q: FP4 queries (q_fp4, q_sf) are not supported by prefill scoring yet (it "
+            f"reads fp8 queries and keys only); pass (q_fp8, None) with float8_e4m3fn "
+            f"queries {shape}")
     return q[0]
+
+
+def _fp4_codes(op, q_fp4):
+    """The packed e2m1 codes as the uint8 bytes the library reads (int8 and PyTorch's
+    float4_e2m1fn_x2 hold the same bytes)."""
+    dtype = getattr(q_fp4, "dtype", None)
+    if torch is not None and isinstance(q_fp4, torch.Tensor):
+        if dtype == torch.uint8:
+            return q_fp4
+        if dtype == torch.int8 or dtype == getattr(torch, "float4_e2m1fn_x2", None):
+            return q_fp4.view(torch.uint8)
+    elif str(dtype) == "uint8":
+        return q_fp4
+    elif str(dtype) == "int8":
+        return q_fp4.view("uint8")
+    raise TypeError(f"{op}: q: q_fp4 must hold packed e2m1 codes as uint8 or int8 "
+                    f"[B, next_n, H, 64], got dtype {dtype}")
 
 
 def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta,
                              max_context_len, clean_logits=False, logits_dtype=_FLOAT32,
                              indices=None):
-    """Paged MQA logits [B * next_n, max_context_len] of q = (q_fp8, None) (see the module
-    docstring)."""
+    """Paged MQA logits [B * next_n, max_context_len] of q = (q_fp8, None) or
+    (q_fp4, q_sf) (see the module docstring)."""
     op = "fp8_fp4_paged_mqa_logits"
-    q_fp8 = _fp8_query(op, q, "[B, next_n, H, D]")
+    if not isinstance(q, (tuple, list)) or len(q) != 2:
+        raise TypeError(f"{op}: q: expected the pair (q_fp8, None) or (q_fp4, q_sf), got "
+                        f"{type(q).__name__}")
     _refuse_indices(op, indices)
-    return _paged_mqa_logits(op, q_fp8, kv_cache, weights, context_lens, block_table,
-                             schedule_meta, max_context_len, clean_logits, logits_dtype)
+    q_values, q_sf = q
+    if q_sf is not None:
+        q_values = _fp4_codes(op, q_values)
+    return _paged_mqa_logits(op, q_values, kv_cache, weights, context_lens, block_table,
+                             schedule_meta, max_context_len, clean_logits, logits_dtype,
+                             q_block_scales=q_sf)
 
 
 def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta,
