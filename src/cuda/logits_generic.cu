@@ -6,9 +6,9 @@
 // positions at a time in shared memory (keys decoded to half precision,
 // which holds every e4m3 and e2m1 value exactly, and their scales: one per
 // token for fp8 keys, one per 32-element block for fp4 keys) and scores it
-// for all of the item's rows. fp4 queries are staged in float32 with their
-// block scales applied (exact). Lane l of every warp owns positions l and l + 32 of the tile; the
-// warps split the heads. A tile is one 64-token page or two 32-token pages:
+// for all of the item's rows; fp4 queries are staged in float32 with their
+// block scales applied (exact). Lane l of every warp owns positions l and
+// l + 32 of the tile; the warps split the heads. A tile is one 64-token page or two 32-token pages:
 // gathering two small pages keeps every lane's two positions and the keys
 // staged between two barriers the same for either page size, where a tile
 // of one 32-token page would leave half of each lane's work idle. Each
