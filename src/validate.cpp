@@ -336,31 +336,35 @@ Status expect_fp8_rows(const char* op, const char* arg, const TensorView& view) 
   return Status::success();
 }
 
-// The queries of the scoring operations: fp8 [B, next_n, H, D], or with
-// q_block_scales fp4 packed codes uint8 [B, next_n, H, D / 2] (D == 128) and
-// int32 [B, next_n, H] block-scale words. Sets *head_dim to D.
-Status validate_query(const char* op, const TensorView& q, const TensorView& scales, int* head_dim) {
+// The queries of the scoring operations, rank 4 [B, next_n, H, ...] (paged)
+// or rank 3 [S, H, ...] (prefill): fp8 [..., H, D], or with q_block_scales
+// fp4 packed codes uint8 [..., H, D / 2] (D == 128) and int32 [..., H]
+// block-scale words. Sets *head_dim to D.
+Status validate_query(const char* op, const TensorView& q, const TensorView& scales, int rank, int* head_dim) {
+  const int inner = rank - 1;
+  const std::string rows = rank == 4 ? "B, next_n, H" : "S, H";
   if (scales.empty()) {
     if (!q.empty() && q.dtype == DType::uint8) {
       return fail(ErrorCode::bad_dtype, op, "q",
                   "uint8 queries are packed fp4 codes and need options.q_block_scales; fp8 queries are float8_e4m3");
     }
-    DSA_RETURN_IF_ERROR(check_tensor(op, "q", q, 4, {DType::float8_e4m3}));
-    DSA_RETURN_IF_ERROR(expect_next_n(op, "q", q));
+    DSA_RETURN_IF_ERROR(check_tensor(op, "q", q, rank, {DType::float8_e4m3}));
+    if (rank == 4) DSA_RETURN_IF_ERROR(expect_next_n(op, "q", q));
     DSA_RETURN_IF_ERROR(expect_fp8_rows(op, "q", q));
-    *head_dim = static_cast<int>(q.size(3));
+    *head_dim = static_cast<int>(q.size(inner));
     return Status::success();
   }
-  DSA_RETURN_IF_ERROR(check_tensor(op, "q", q, 4, {DType::uint8}));
-  DSA_RETURN_IF_ERROR(expect_next_n(op, "q", q));
-  if (q.size(3) != kFp4HeadDim / 2) {
+  DSA_RETURN_IF_ERROR(check_tensor(op, "q", q, rank, {DType::uint8}));
+  if (rank == 4) DSA_RETURN_IF_ERROR(expect_next_n(op, "q", q));
+  if (q.size(inner) != kFp4HeadDim / 2) {
     return fail(ErrorCode::bad_shape, op, "q",
-                "fp4 queries (q_block_scales given) are packed codes [B, next_n, H, D / 2] with D == " +
-                    str(kFp4HeadDim) + ", so dimension 3 must be " + str(kFp4HeadDim / 2) + ", got " + q.describe());
+                "fp4 queries (q_block_scales given) are packed codes [" + rows + ", D / 2] with D == " +
+                    str(kFp4HeadDim) + ", so dimension " + str(inner) + " must be " + str(kFp4HeadDim / 2) +
+                    ", got " + q.describe());
   }
   DSA_RETURN_IF_ERROR(expect_fp8_rows(op, "q", q));
-  DSA_RETURN_IF_ERROR(check_tensor(op, "q_block_scales", scales, 3, {DType::int32}));
-  for (int d = 0; d < 3; ++d) {
+  DSA_RETURN_IF_ERROR(check_tensor(op, "q_block_scales", scales, inner, {DType::int32}));
+  for (int d = 0; d < inner; ++d) {
     DSA_RETURN_IF_ERROR(expect_extent(op, "q_block_scales", scales, d, q.size(d), "the matching extent of q"));
   }
   *head_dim = kFp4HeadDim;
@@ -583,7 +587,7 @@ Status validate_plan_schedule(const TensorView& context_lens, int num_workers, L
 Status validate_scoring_inputs(const char* op, const ScoringInputs& in, LogitsProblem* problem) {
   const TensorView& q = in.q;
   int head_dim = 0;
-  DSA_RETURN_IF_ERROR(validate_query(op, q, in.q_block_scales, &head_dim));
+  DSA_RETURN_IF_ERROR(validate_query(op, q, in.q_block_scales, 4, &head_dim));
   const std::int64_t batch = q.size(0), next_n = q.size(1), heads = q.size(2);
   const std::int64_t rows = batch * next_n;
   if (rows > kInt32Max) return fail(ErrorCode::bad_shape, op, "q", "B * next_n exceeds the int32 range");
@@ -709,17 +713,32 @@ Status validate_mqa_logits(const TensorView& q, const TensorView& keys, const Te
                            const TensorView& logits, const MqaLogitsOptions& options,
                            MqaLogitsProblem* problem) {
   const char* op = "mqa_logits";
-  DSA_RETURN_IF_ERROR(check_tensor(op, "q", q, 3, {DType::float8_e4m3}));
-  DSA_RETURN_IF_ERROR(expect_fp8_rows(op, "q", q));
+  int head_dim = 0;
+  DSA_RETURN_IF_ERROR(validate_query(op, q, options.q_block_scales, 3, &head_dim));
   const std::int64_t rows = q.size(0), heads = q.size(1);
-  const int head_dim = static_cast<int>(q.size(2));
   if (rows > kInt32Max) return fail(ErrorCode::bad_shape, op, "q", "S (dimension 0) exceeds the int32 range");
-  DSA_RETURN_IF_ERROR(check_tensor(op, "keys", keys, 2, {DType::float8_e4m3}));
-  DSA_RETURN_IF_ERROR(expect_extent(op, "keys", keys, 1, head_dim, "the head dim of q"));
+  // fp4 keys are packed codes, told apart from fp8 keys by their dtype.
+  const bool fp4_keys = !keys.empty() && keys.dtype == DType::uint8;
+  if (fp4_keys) {
+    DSA_RETURN_IF_ERROR(check_tensor(op, "keys", keys, 2, {DType::uint8}));
+    if (head_dim != kFp4HeadDim || keys.size(1) != kFp4HeadDim / 2) {
+      return fail(ErrorCode::bad_shape, op, "keys",
+                  "fp4 keys (uint8) are packed codes [S_kv, D / 2] with D == " + str(kFp4HeadDim) +
+                      ", so dimension 1 must be " + str(kFp4HeadDim / 2) + " and q's head dim " + str(kFp4HeadDim) +
+                      ", got " + keys.describe() + " with head dim " + str(head_dim) + " (from q)");
+    }
+  } else {
+    DSA_RETURN_IF_ERROR(check_tensor(op, "keys", keys, 2, {DType::float8_e4m3}));
+    DSA_RETURN_IF_ERROR(expect_extent(op, "keys", keys, 1, head_dim, "the head dim of q"));
+  }
   DSA_RETURN_IF_ERROR(expect_fp8_rows(op, "keys", keys));
   const std::int64_t num_keys = keys.size(0);
   if (num_keys > kInt32Max) return fail(ErrorCode::bad_shape, op, "keys", "S_kv (dimension 0) exceeds the int32 range");
-  DSA_RETURN_IF_ERROR(check_tensor(op, "key_scales", key_scales, 1, {DType::float32}));
+  if (fp4_keys) {
+    DSA_RETURN_IF_ERROR(check_tensor(op, "key_scales", key_scales, 1, {DType::int32}));
+  } else {
+    DSA_RETURN_IF_ERROR(check_tensor(op, "key_scales", key_scales, 1, {DType::float32}));
+  }
   DSA_RETURN_IF_ERROR(expect_extent(op, "key_scales", key_scales, 0, num_keys, "S_kv of keys"));
   DSA_RETURN_IF_ERROR(check_tensor(op, "weights", weights, 2, {DType::float32}));
   DSA_RETURN_IF_ERROR(expect_extent(op, "weights", weights, 0, rows, "S of q"));
@@ -749,6 +768,7 @@ Status validate_mqa_logits(const TensorView& q, const TensorView& keys, const Te
   DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "logits", logits));
   DSA_RETURN_IF_ERROR(expect_rows_apart(op, "logits", logits, width, width_name));
   DSA_RETURN_IF_ERROR(expect_one_device(op, {{"q", &q},
+                                             {"q_block_scales", &options.q_block_scales},
                                              {"keys", &keys},
                                              {"key_scales", &key_scales},
                                              {"weights", &weights},
@@ -757,11 +777,20 @@ Status validate_mqa_logits(const TensorView& q, const TensorView& keys, const Te
                                              {"logits", &logits}}));
   MqaLogitsProblem p{q.device, rows, heads, num_keys, head_dim};
   p.q = static_cast<const std::uint8_t*>(q.data);
-  p.q_stride_h = used_stride(q, 1, head_dim);
+  p.q_stride_h = used_stride(q, 1, q.size(2));
   p.q_stride_row = used_stride(q, 0, p.q_stride_h * heads);
+  if (!options.q_block_scales.empty()) {
+    p.q_scales = static_cast<const std::uint32_t*>(options.q_block_scales.data);
+    p.q_scales_stride_h = used_stride(options.q_block_scales, 1, 1);
+    p.q_scales_stride_row = used_stride(options.q_block_scales, 0, p.q_scales_stride_h * heads);
+  }
   p.keys = static_cast<const std::uint8_t*>(keys.data);
-  p.keys_stride = used_stride(keys, 0, head_dim);
-  p.key_scales = key_scales.ptr<const float>();
+  p.keys_stride = used_stride(keys, 0, keys.size(1));
+  if (fp4_keys) {
+    p.key_scale_words = static_cast<const std::uint32_t*>(key_scales.data);
+  } else {
+    p.key_scales = key_scales.ptr<const float>();
+  }
   p.key_scales_stride = key_scales.stride(0);
   p.weights = weights.ptr<const float>();
   p.weights_stride_row = weights.stride(0);

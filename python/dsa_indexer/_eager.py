@@ -345,10 +345,12 @@ def paged_mqa_logits(q, key_cache, weights, context_lens, block_table, max_conte
 
 
 def mqa_logits(q, keys, key_scales, weights, ks, ke, *, clean_logits=False, compressed=False,
-               max_seqlen_k=0, out=None, out_dtype="float32", workspace=None, **execution):
+               max_seqlen_k=0, q_block_scales=None, out=None, out_dtype="float32", workspace=None,
+               **execution):
     max_seqlen_k = _int64(max_seqlen_k, "mqa_logits", "max_seqlen_k")
     _check_arrays("mqa_logits", [("q", q), ("keys", keys), ("key_scales", key_scales),
-                                 ("weights", weights), ("ks", ks), ("ke", ke)],
+                                 ("weights", weights), ("ks", ks), ("ke", ke),
+                                 ("q_block_scales", q_block_scales)],
                   [("out", out), ("workspace", workspace)])
     if out is None:
         out = new_mqa_logits(q, keys, bool(compressed), max_seqlen_k, out_dtype)
@@ -357,7 +359,8 @@ def mqa_logits(q, keys, key_scales, weights, ks, ke, *, clean_logits=False, comp
         q, _core.mqa_logits_workspace_bytes(ctx))
     _core.mqa_logits(fw.export(q), fw.export(keys), fw.export(key_scales), fw.export(weights),
                      fw.export(ks), fw.export(ke), fw.export(out), bool(clean_logits),
-                     bool(compressed), max_seqlen_k, ctx, fw.export(ws))
+                     bool(compressed), max_seqlen_k, fw.export(q_block_scales), ctx,
+                     fw.export(ws))
     return out
 
 

@@ -175,7 +175,8 @@ def paged_mqa_logits(q, key_cache, weights, context_lens, block_table, max_conte
 
 
 def mqa_logits(q, keys, key_scales, weights, ks, ke, *, clean_logits=False, compressed=False,
-               max_seqlen_k=0, out=None, out_dtype="float32", workspace=None, **execution):
+               max_seqlen_k=0, q_block_scales=None, out=None, out_dtype="float32", workspace=None,
+               **execution):
     """Prefill logits of query rows against a contiguous run of keys, row i over the keys
     [ks[i], ke[i]) (DeepGEMM's fp8_mqa_logits):
 
@@ -188,11 +189,15 @@ def mqa_logits(q, keys, key_scales, weights, ks, ke, *, clean_logits=False, comp
     clean_logits the columns a row does not score hold -inf, otherwise unspecified values.
     `out` may have any row stride >= its width (columns past it are never written);
     out_dtype "bfloat16" asks for bf16 logits when `out` is None. The full output feeds
-    topk(logits, ke - ks, k, row_starts=ks, position_offsets=ks)."""
+    topk(logits, ke - ks, k, row_starts=ks, position_offsets=ks).
+
+    fp4 (D = 128): q may be packed codes uint8 [S, H, 64] with q_block_scales int32 [S, H],
+    and keys packed codes uint8 [S_kv, 64] with key_scales int32 [S_kv] (the scale words;
+    see "Key format" above)."""
     return _implementation("mqa_logits")(
         q, keys, key_scales, weights, ks, ke, clean_logits=clean_logits, compressed=compressed,
-        max_seqlen_k=max_seqlen_k, out=out, out_dtype=out_dtype, workspace=workspace,
-        **execution)
+        max_seqlen_k=max_seqlen_k, q_block_scales=q_block_scales, out=out, out_dtype=out_dtype,
+        workspace=workspace, **execution)
 
 
 def topk(logits, lengths, k, *, sorted=False, row_starts=None, position_offsets=None,

@@ -282,11 +282,17 @@ void bind_scoring(nb::module_& m) {
       [](const InputArray& q, const InputArray& keys, const InputArray& key_scales,
          const InputArray& weights, const InputArray& ks, const InputArray& ke,
          const OutputArray& logits, bool clean_logits, bool compressed,
-         std::int64_t max_seqlen_k, const ExecContext& ctx, const OptionalOutput& workspace) {
-        const TensorView q_view = to_view(q, "mqa_logits: q", Uint8Meaning::float8_e4m3);
-        const TensorView keys_view =
-            to_view(keys, "mqa_logits: keys", Uint8Meaning::float8_e4m3);
+         std::int64_t max_seqlen_k, const OptionalInput& q_block_scales, const ExecContext& ctx,
+         const OptionalOutput& workspace) {
+        // uint8 arrays are fp8 bytes, or packed fp4 codes when their scales say so:
+        // q_block_scales for q, int32 key_scales (scale words) for keys.
+        const TensorView q_scales_view = to_view(q_block_scales, "mqa_logits: q_block_scales");
+        const TensorView q_view = to_view(
+            q, "mqa_logits: q", q_scales_view.empty() ? Uint8Meaning::float8_e4m3 : Uint8Meaning::bytes);
         const TensorView scales_view = to_view(key_scales, "mqa_logits: key_scales");
+        const TensorView keys_view = to_view(
+            keys, "mqa_logits: keys",
+            scales_view.dtype == DType::int32 ? Uint8Meaning::bytes : Uint8Meaning::float8_e4m3);
         const TensorView weights_view = to_view(weights, "mqa_logits: weights");
         const TensorView ks_view = to_view(ks, "mqa_logits: ks");
         const TensorView ke_view = to_view(ke, "mqa_logits: ke");
@@ -295,6 +301,7 @@ void bind_scoring(nb::module_& m) {
         options.clean_logits = clean_logits;
         options.compressed = compressed;
         options.max_seqlen_k = max_seqlen_k;
+        options.q_block_scales = q_scales_view;
         const ExecContext call_ctx = with_workspace(ctx, workspace);
         run_released([&] {
           return mqa_logits(q_view, keys_view, scales_view, weights_view, ks_view, ke_view,
@@ -302,7 +309,8 @@ void bind_scoring(nb::module_& m) {
         });
       },
       "q"_a, "keys"_a, "key_scales"_a, "weights"_a, "ks"_a, "ke"_a, "logits"_a,
-      "clean_logits"_a, "compressed"_a, "max_seqlen_k"_a, "ctx"_a, "workspace"_a.none());
+      "clean_logits"_a, "compressed"_a, "max_seqlen_k"_a, "q_block_scales"_a.none(), "ctx"_a,
+      "workspace"_a.none());
   m.def("mqa_logits_workspace_bytes", &mqa_logits_workspace_bytes, "ctx"_a);
   m.def(
       "plan_mqa_logits_chunks",

@@ -131,11 +131,16 @@ struct MqaLogitsProblem {
   Device device;
   std::int64_t rows = 0, heads = 0, num_keys = 0;  // S, H, S_kv
   int head_dim = 0;
-  const std::uint8_t* q = nullptr;  // fp8 [S, H, D]
+  const std::uint8_t* q = nullptr;  // fp8 [S, H, D], or fp4 packed codes [S, H, D / 2] (bytes)
   std::int64_t q_stride_row = 0, q_stride_h = 0;
-  const std::uint8_t* keys = nullptr;  // fp8 [S_kv, D]
+  // fp4 queries only: packed ue8m0 block scales [S, H]; nullptr for fp8 queries.
+  const std::uint32_t* q_scales = nullptr;
+  std::int64_t q_scales_stride_row = 0, q_scales_stride_h = 0;
+  const std::uint8_t* keys = nullptr;  // fp8 [S_kv, D], or fp4 packed codes [S_kv, D / 2] (bytes)
   std::int64_t keys_stride = 0;
-  const float* key_scales = nullptr;  // [S_kv]
+  // One of the two: fp32 scales of fp8 keys, or the scale words of fp4 keys [S_kv].
+  const float* key_scales = nullptr;
+  const std::uint32_t* key_scale_words = nullptr;
   std::int64_t key_scales_stride = 0;
   const float* weights = nullptr;  // [S, H]
   std::int64_t weights_stride_row = 0;
@@ -153,6 +158,8 @@ struct MqaLogitsProblem {
   // The defined columns of every row: S_kv, or max_seqlen_k when compressed
   // (constexpr: the CUDA kernels call it too).
   constexpr std::int64_t width() const { return compressed ? max_seqlen_k : num_keys; }
+  constexpr bool fp4_queries() const { return q_scales != nullptr; }
+  constexpr bool fp4_keys() const { return key_scale_words != nullptr; }
 };
 
 struct TopkProblem {

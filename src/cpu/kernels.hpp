@@ -33,6 +33,12 @@ struct E4m3Tables {
 void decode_fp8_heads(const E4m3Tables& tables, const std::uint8_t* fp8, std::int64_t stride, std::int64_t heads,
                       int head_dim, float* out);
 
+// Writes `heads` packed fp4 vectors of head_dim values (codes `stride` bytes
+// apart from `codes`, scale words `scales_stride` words apart from
+// `scale_words`) to out[heads][head_dim], block scales applied (exact).
+void decode_fp4_heads(const std::uint8_t* codes, std::int64_t stride, const std::uint32_t* scale_words,
+                      std::int64_t scales_stride, std::int64_t heads, int head_dim, float* out);
+
 // The same values as bf16 pairs (score_block.hpp), out[i] from values[2i], values[2i + 1].
 void to_bf16_pairs(const std::vector<float>& values, std::vector<std::uint32_t>* out);
 

@@ -26,6 +26,15 @@ void decode_fp8_heads(const E4m3Tables& tables, const std::uint8_t* fp8, std::in
   }
 }
 
+void decode_fp4_heads(const std::uint8_t* codes, std::int64_t stride, const std::uint32_t* scale_words,
+                      std::int64_t scales_stride, std::int64_t heads, int head_dim, float* out) {
+  for (std::int64_t h = 0; h < heads; ++h) {
+    for (int d = 0; d < head_dim; ++d) {
+      out[h * head_dim + d] = fp4_element(codes + h * stride, scale_words[h * scales_stride], d);
+    }
+  }
+}
+
 void to_bf16_pairs(const std::vector<float>& values, std::vector<std::uint32_t>* out) {
   out->resize(values.size() / 2);
   for (std::size_t w = 0; w < out->size(); ++w) (*out)[w] = bf16_pair(values[2 * w], values[2 * w + 1]);
@@ -66,12 +75,8 @@ void Scorer::decode_query(std::int64_t b, std::int64_t j, float* out) const {
     decode_fp8_heads(tables_, q, p_.q_stride_h, p_.heads, p_.head_dim, out);
     return;
   }
-  const std::uint32_t* scales = p_.q_scales + b * p_.q_scales_stride_b + j * p_.q_scales_stride_n;
-  for (std::int64_t h = 0; h < p_.heads; ++h) {
-    for (int d = 0; d < p_.head_dim; ++d) {
-      out[h * p_.head_dim + d] = fp4_element(q + h * p_.q_stride_h, scales[h * p_.q_scales_stride_h], d);
-    }
-  }
+  decode_fp4_heads(q, p_.q_stride_h, p_.q_scales + b * p_.q_scales_stride_b + j * p_.q_scales_stride_n,
+                   p_.q_scales_stride_h, p_.heads, p_.head_dim, out);
 }
 
 Scorer::KeyRef Scorer::key_at(std::int64_t b, std::int64_t position) const {
@@ -84,7 +89,7 @@ Scorer::KeyRef Scorer::key_at(std::int64_t b, std::int64_t position) const {
 float Scorer::decode_key(std::int64_t b, std::int64_t position, float* out) const {
   const KeyRef key = key_at(b, position);
   if (p_.fp4_keys()) {
-    for (int d = 0; d < p_.head_dim; ++d) out[d] = fp4_element(key.codes, key.scale_word, d);
+    decode_fp4_heads(key.codes, 0, &key.scale_word, 0, 1, p_.head_dim, out);
   } else {
     decode_fp8_heads(tables_, key.codes, 0, 1, p_.head_dim, out);
   }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -336,6 +337,106 @@ INSTANTIATE_TEST_SUITE_P(Cpu, Fp4Logits,
                                   std::get<1>(info.param).name;
                          });
 
+// ---- mqa_logits (prefill) ------------------------------------------------------------
+
+struct Fp4PrefillCase {
+  bool fp4_queries;
+  bool fp4_keys;
+};
+
+class Fp4Prefill : public ::testing::TestWithParam<std::tuple<dsa::Backend, Fp4PrefillCase>> {};
+
+TEST_P(Fp4Prefill, MatchesTheFloat64Reference) {
+  const auto [backend, c] = GetParam();
+  const std::int64_t rows = 9, heads = 4, num_keys = 150;
+  Rng rng(31 + (c.fp4_queries ? 1 : 0) + (c.fp4_keys ? 2 : 0));
+  std::vector<float> q(static_cast<std::size_t>(rows * heads * kD)), keys(static_cast<std::size_t>(num_keys * kD));
+  for (std::int64_t v = 0; v < rows * heads; ++v) random_vector(rng, q.data() + v * kD, kD);
+  for (std::int64_t j = 0; j < num_keys; ++j) random_vector(rng, keys.data() + j * kD, kD);
+  std::vector<float> weights(static_cast<std::size_t>(rows * heads));
+  for (float& w : weights) w = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+  // Queries and keys, encoded and as the float64 values they stand for.
+  std::vector<std::uint8_t> q_codes(static_cast<std::size_t>(rows * heads * (c.fp4_queries ? kD / 2 : kD)));
+  std::vector<std::int32_t> q_scales(static_cast<std::size_t>(rows * heads));
+  std::vector<double> q_values(q.size());
+  for (std::int64_t v = 0; v < rows * heads; ++v) {
+    for (int d = 0; d < kD; ++d) {
+      if (!c.fp4_queries) q_codes[static_cast<std::size_t>(v * kD + d)] = e4m3_encode(q[static_cast<std::size_t>(v * kD + d)]);
+    }
+    if (c.fp4_queries) {
+      q_scales[static_cast<std::size_t>(v)] =
+          static_cast<std::int32_t>(fp4_quantize(q.data() + v * kD, kD, q_codes.data() + v * kD / 2));
+    }
+    for (int d = 0; d < kD; ++d) {
+      q_values[static_cast<std::size_t>(v * kD + d)] =
+          c.fp4_queries ? fp4_value(q_codes.data() + v * kD / 2, static_cast<std::uint32_t>(q_scales[static_cast<std::size_t>(v)]), d)
+                        : e4m3_decode(q_codes[static_cast<std::size_t>(v * kD + d)]);
+    }
+  }
+  std::vector<std::uint8_t> key_codes(static_cast<std::size_t>(num_keys * (c.fp4_keys ? kD / 2 : kD)));
+  std::vector<std::int32_t> key_words(static_cast<std::size_t>(num_keys));
+  std::vector<float> key_scales(static_cast<std::size_t>(num_keys));
+  std::vector<double> key_values(keys.size());
+  for (std::int64_t j = 0; j < num_keys; ++j) {
+    const float* key = keys.data() + j * kD;
+    if (c.fp4_keys) {
+      key_words[static_cast<std::size_t>(j)] = static_cast<std::int32_t>(fp4_quantize(key, kD, key_codes.data() + j * kD / 2));
+    } else {
+      key_scales[static_cast<std::size_t>(j)] = 0.25f + 0.01f * static_cast<float>(j);
+      for (int d = 0; d < kD; ++d) key_codes[static_cast<std::size_t>(j * kD + d)] = e4m3_encode(key[d]);
+    }
+    for (int d = 0; d < kD; ++d) {
+      key_values[static_cast<std::size_t>(j * kD + d)] =
+          c.fp4_keys ? fp4_value(key_codes.data() + j * kD / 2, static_cast<std::uint32_t>(key_words[static_cast<std::size_t>(j)]), d)
+                     : e4m3_decode(key_codes[static_cast<std::size_t>(j * kD + d)]) * static_cast<double>(key_scales[static_cast<std::size_t>(j)]);
+    }
+  }
+  std::vector<std::int32_t> ks(static_cast<std::size_t>(rows)), ke(static_cast<std::size_t>(rows));
+  for (std::int64_t i = 0; i < rows; ++i) {
+    ks[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i * 7);
+    ke[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(std::min<std::int64_t>(num_keys, 40 + i * 13));
+  }
+  OwnedView logits = float_matrix(rows, num_keys, num_keys, kSentinel);
+  dsa::MqaLogitsOptions options;
+  options.clean_logits = true;
+  if (c.fp4_queries) options.q_block_scales = dsa::make_view(q_scales.data(), dsa::DType::int32, {rows, heads});
+  const dsa::TensorView q_view =
+      dsa::make_view(q_codes.data(), c.fp4_queries ? dsa::DType::uint8 : dsa::DType::float8_e4m3,
+                     {rows, heads, c.fp4_queries ? kD / 2 : kD});
+  const dsa::TensorView keys_view =
+      dsa::make_view(key_codes.data(), c.fp4_keys ? dsa::DType::uint8 : dsa::DType::float8_e4m3,
+                     {num_keys, c.fp4_keys ? kD / 2 : kD});
+  const dsa::TensorView scales_view = c.fp4_keys ? view_of(key_words, {num_keys}) : view_of(key_scales, {num_keys});
+  DSA_ASSERT_OK(dsa::mqa_logits(q_view, keys_view, scales_view, view_of(weights, {rows, heads}), view_of(ks, {rows}),
+                                view_of(ke, {rows}), logits.view, options, cpu_context(backend)));
+  for (std::int64_t i = 0; i < rows; ++i) {
+    for (std::int64_t j = 0; j < num_keys; ++j) {
+      const float got = read_logit(logits, i, j);
+      if (j < ks[static_cast<std::size_t>(i)] || j >= ke[static_cast<std::size_t>(i)]) {
+        EXPECT_TRUE(std::isinf(got) && got < 0) << "row " << i << " key " << j;
+        continue;
+      }
+      double want = 0.0, magnitude = 0.0;
+      for (std::int64_t h = 0; h < heads; ++h) {
+        double dot = 0.0, dot_magnitude = 0.0;
+        for (int d = 0; d < kD; ++d) {
+          const double term = q_values[static_cast<std::size_t>((i * heads + h) * kD + d)] * key_values[static_cast<std::size_t>(j * kD + d)];
+          dot += term;
+          dot_magnitude += std::fabs(term);
+        }
+        want += weights[static_cast<std::size_t>(i * heads + h)] * std::fmax(dot, 0.0);
+        magnitude += std::fabs(weights[static_cast<std::size_t>(i * heads + h)]) * dot_magnitude;
+      }
+      ASSERT_NEAR(got, want, 2e-5 * magnitude + 1e-30) << "row " << i << " key " << j;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, Fp4Prefill,
+                         ::testing::Combine(::testing::ValuesIn(cpu_backends()),
+                                            ::testing::Values(Fp4PrefillCase{true, true}, Fp4PrefillCase{false, true},
+                                                              Fp4PrefillCase{true, false})));
+
 // ---- quantize_queries_fp4 --------------------------------------------------------
 
 class Fp4QueryQuantization : public ::testing::TestWithParam<dsa::Backend> {};
@@ -499,6 +600,40 @@ TEST_F(Fp4Validation, QuantizeQueriesFp4Outputs) {
                                 dsa::make_view(codes.data(), dsa::DType::uint8, {w.batch, w.next_n, w.heads, 32}),
                                 scales_view, weights_view, {}, ctx),
       dsa::ErrorCode::bad_shape, {"q", "head dim 128 only"}));
+}
+
+TEST(Fp4PrefillValidation, KeysScalesAndQueries) {
+  const std::int64_t rows = 2, heads = 2, num_keys = 8;
+  std::vector<std::uint8_t> q(static_cast<std::size_t>(rows * heads * kD)), keys(static_cast<std::size_t>(num_keys * kD));
+  std::vector<std::int32_t> words(static_cast<std::size_t>(num_keys)), q_scales(static_cast<std::size_t>(rows * heads));
+  std::vector<float> scales(static_cast<std::size_t>(num_keys)), weights(static_cast<std::size_t>(rows * heads));
+  std::vector<std::int32_t> ks{0, 0}, ke{4, 8};
+  OwnedView out = float_matrix(rows, num_keys, num_keys, 0.0f);
+  const dsa::ExecContext ctx = cpu_context(dsa::Backend::cpu);
+  const dsa::TensorView fp8_q = dsa::make_view(q.data(), dsa::DType::float8_e4m3, {rows, heads, kD});
+  const dsa::TensorView fp4_keys = dsa::make_view(keys.data(), dsa::DType::uint8, {num_keys, kD / 2});
+  auto call = [&](const dsa::TensorView& q_view, const dsa::TensorView& keys_view, const dsa::TensorView& scales_view,
+                  const dsa::MqaLogitsOptions& options) {
+    return dsa::mqa_logits(q_view, keys_view, scales_view, view_of(weights, {rows, heads}), view_of(ks, {rows}),
+                           view_of(ke, {rows}), out.view, options, ctx);
+  };
+  DSA_ASSERT_OK(call(fp8_q, fp4_keys, view_of(words, {num_keys}), {}));
+  EXPECT_TRUE(fails_with(call(fp8_q, fp4_keys, view_of(scales, {num_keys}), {}), dsa::ErrorCode::bad_dtype,
+                         {"mqa_logits", "key_scales", "int32"}));
+  EXPECT_TRUE(fails_with(call(fp8_q, dsa::make_view(keys.data(), dsa::DType::uint8, {num_keys, kD}),
+                              view_of(words, {num_keys}), {}),
+                         dsa::ErrorCode::bad_shape, {"keys", "dimension 1 must be 64"}));
+  dsa::MqaLogitsOptions options;
+  options.q_block_scales = dsa::make_view(q_scales.data(), dsa::DType::int32, {rows, heads});
+  DSA_ASSERT_OK(call(dsa::make_view(q.data(), dsa::DType::uint8, {rows, heads, kD / 2}), fp4_keys,
+                     view_of(words, {num_keys}), options));
+  EXPECT_TRUE(fails_with(call(dsa::make_view(q.data(), dsa::DType::uint8, {rows, heads, kD}), fp4_keys,
+                              view_of(words, {num_keys}), options),
+                         dsa::ErrorCode::bad_shape, {"q", "[S, H, D / 2]", "dimension 2 must be 64"}));
+  options.q_block_scales = dsa::make_view(q_scales.data(), dsa::DType::int32, {rows, heads + 1});
+  EXPECT_TRUE(fails_with(call(dsa::make_view(q.data(), dsa::DType::uint8, {rows, heads, kD / 2}), fp4_keys,
+                              view_of(words, {num_keys}), options),
+                         dsa::ErrorCode::bad_shape, {"q_block_scales", "dimension 1"}));
 }
 
 }  // namespace

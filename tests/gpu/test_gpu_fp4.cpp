@@ -1,11 +1,15 @@
 // The fp4 key and query formats on the CUDA backends: store_index_keys and
 // quantize_queries_fp4 bit for bit against the independent quantizer, and
 // paged_mqa_logits with fp4 keys or queries on the generic kernels (which
-// Backend::automatic picks for fp4) against the float64 reference.
+// Backend::automatic picks for fp4) and mqa_logits with fp4 queries and keys
+// against the float64 reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "common/fp4_reference.hpp"
@@ -155,6 +159,74 @@ TEST(GpuFp4Logits, HopperBackendRefusesFp4) {
       device_view(logits, DType::float32, {w.rows(), w.max_context_len}), {}, gpu.ctx);
   EXPECT_EQ(status.code(), dsa::ErrorCode::unsupported) << status.to_string();
   EXPECT_NE(status.message().find("fp8 queries and fp8 keys only"), std::string::npos) << status.to_string();
+}
+
+TEST(GpuFp4Prefill, MatchesTheFloat64Reference) {
+  DSA_REQUIRE_GPU();
+  const std::int64_t rows = 7, heads = 8, num_keys = 300;
+  Rng rng(71);
+  std::vector<float> q(static_cast<std::size_t>(rows * heads * kD)), keys(static_cast<std::size_t>(num_keys * kD));
+  for (std::int64_t v = 0; v < rows * heads; ++v) random_vector(rng, q.data() + v * kD, kD);
+  for (std::int64_t j = 0; j < num_keys; ++j) random_vector(rng, keys.data() + j * kD, kD);
+  std::vector<float> weights(static_cast<std::size_t>(rows * heads));
+  for (float& w : weights) w = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+  std::vector<std::uint8_t> q_codes(static_cast<std::size_t>(rows * heads * kD / 2));
+  std::vector<std::int32_t> q_sf(static_cast<std::size_t>(rows * heads));
+  for (std::int64_t v = 0; v < rows * heads; ++v) {
+    q_sf[static_cast<std::size_t>(v)] = static_cast<std::int32_t>(fp4_quantize(q.data() + v * kD, kD, q_codes.data() + v * kD / 2));
+  }
+  std::vector<std::uint8_t> key_codes(static_cast<std::size_t>(num_keys * kD / 2));
+  std::vector<std::int32_t> key_sf(static_cast<std::size_t>(num_keys));
+  for (std::int64_t j = 0; j < num_keys; ++j) {
+    key_sf[static_cast<std::size_t>(j)] =
+        static_cast<std::int32_t>(fp4_quantize(keys.data() + j * kD, kD, key_codes.data() + j * kD / 2));
+  }
+  std::vector<std::int32_t> ks(static_cast<std::size_t>(rows)), ke(static_cast<std::size_t>(rows));
+  for (std::int64_t i = 0; i < rows; ++i) {
+    ks[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i * 20);
+    ke[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(std::min<std::int64_t>(num_keys, 150 + i * 30));
+  }
+  const dsa::DeviceBuffer q_device = device_copy(q_codes), q_sf_device = device_copy(q_sf);
+  const dsa::DeviceBuffer keys_device = device_copy(key_codes), key_sf_device = device_copy(key_sf);
+  const dsa::DeviceBuffer weights_device = device_copy(weights), ks_device = device_copy(ks), ke_device = device_copy(ke);
+  const dsa::DeviceBuffer logits = device_filled(static_cast<std::size_t>(rows * num_keys * 4), 0xFF);
+  GpuContext gpu(Backend::cuda_generic, 0);
+  gpu.ctx.check_device_errors = true;
+  dsa::MqaLogitsOptions options;
+  options.clean_logits = true;
+  options.q_block_scales = device_view(q_sf_device, DType::int32, {rows, heads});
+  DSA_GPU_ASSERT_OK(dsa::mqa_logits(device_view(q_device, DType::uint8, {rows, heads, kD / 2}),
+                                    device_view(keys_device, DType::uint8, {num_keys, kD / 2}),
+                                    device_view(key_sf_device, DType::int32, {num_keys}),
+                                    device_view(weights_device, DType::float32, {rows, heads}),
+                                    device_view(ks_device, DType::int32, {rows}),
+                                    device_view(ke_device, DType::int32, {rows}),
+                                    device_view(logits, DType::float32, {rows, num_keys}), options, gpu.ctx));
+  const std::vector<float> got = host_copy<float>(logits);
+  for (std::int64_t i = 0; i < rows; ++i) {
+    for (std::int64_t j = 0; j < num_keys; ++j) {
+      const float value = got[static_cast<std::size_t>(i * num_keys + j)];
+      if (j < ks[static_cast<std::size_t>(i)] || j >= ke[static_cast<std::size_t>(i)]) {
+        ASSERT_TRUE(std::isinf(value) && value < 0) << "row " << i << " key " << j;
+        continue;
+      }
+      double want = 0.0, magnitude = 0.0;
+      for (std::int64_t h = 0; h < heads; ++h) {
+        const std::int64_t v = i * heads + h;
+        double dot = 0.0, dot_magnitude = 0.0;
+        for (int d = 0; d < kD; ++d) {
+          const double term =
+              fp4_value(q_codes.data() + v * kD / 2, static_cast<std::uint32_t>(q_sf[static_cast<std::size_t>(v)]), d) *
+              fp4_value(key_codes.data() + j * kD / 2, static_cast<std::uint32_t>(key_sf[static_cast<std::size_t>(j)]), d);
+          dot += term;
+          dot_magnitude += std::fabs(term);
+        }
+        want += weights[static_cast<std::size_t>(v)] * std::fmax(dot, 0.0);
+        magnitude += std::fabs(weights[static_cast<std::size_t>(v)]) * dot_magnitude;
+      }
+      ASSERT_NEAR(value, want, logits_tolerance(Backend::cuda_generic) * magnitude + 1e-30) << "row " << i << " key " << j;
+    }
+  }
 }
 
 }  // namespace

@@ -176,7 +176,7 @@ def test_deep_gemm_fp4_queries_and_cache():
         deep_gemm.get_paged_mqa_logits_metadata(torch.from_numpy(p["lens"]), 64, 4), p["max_len"],
         clean_logits=True)
     ref.assert_logits_close(logits.numpy(), expected_logits(p))
-    with pytest.raises(TypeError, match="fp8_fp4_paged_mqa_logits: q: q_fp4 must hold packed"):
+    with pytest.raises(TypeError, match="fp8_fp4_paged_mqa_logits: q: must hold packed e2m1 codes"):
         deep_gemm.fp8_fp4_paged_mqa_logits(
             (torch.zeros(1, 1, 4, 64), torch.zeros(1, 1, 4, dtype=torch.int32)), kv_cache,
             torch.from_numpy(p["weights"]), torch.from_numpy(p["lens"]),
@@ -199,3 +199,49 @@ def test_torch_operators_take_the_fp4_arguments():
         p["max_len"], clean_logits=True, key_format="fp4",
         q_block_scales=torch.from_numpy(p["q_args"]["q_block_scales"]))
     ref.assert_logits_close(logits.numpy(), expected_logits(p))
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cpu_reference"])
+def test_mqa_logits_fp4(rng, backend):
+    rows, heads, num_keys = 6, 4, 70
+    q = rng.standard_normal((rows, heads, D)).astype(np.float32)
+    keys = rule_reaching_keys(rng, num_keys)
+    keys[1, :32] = 300.0
+    weights = rng.standard_normal((rows, heads)).astype(np.float32)
+    ks = np.arange(rows, dtype=np.int32) * 5
+    ke = np.minimum(ks + 30, num_keys).astype(np.int32)
+    q_codes, q_sf = ref.fp4_quantize(q)
+    key_codes, key_sf = ref.fp4_quantize(keys)
+    logits = dsa.mqa_logits(q_codes, key_codes, key_sf, weights, ks, ke, clean_logits=True,
+                            q_block_scales=q_sf, backend=backend)
+    q_values, key_values = ref.fp4_decode(q_codes, q_sf), ref.fp4_decode(key_codes, key_sf)
+    expected = np.full((rows, num_keys), -np.inf)
+    for i in range(rows):
+        k = key_values[ks[i]:ke[i]]
+        expected[i, ks[i]:ke[i]] = weights[i].astype(np.float64) @ np.maximum(0.0, q_values[i] @ k.T)
+    ref.assert_logits_close(logits, expected)
+
+
+def test_deep_gemm_fp8_fp4_mqa_logits_fp4():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(8)
+    rows, heads, num_keys = 5, 8, 60
+    q = rng.standard_normal((rows, heads, D)).astype(np.float32)
+    keys = rng.standard_normal((num_keys, D)).astype(np.float32)
+    weights = rng.standard_normal((rows, heads)).astype(np.float32)
+    ks = np.zeros(rows, dtype=np.int32)
+    ke = np.full(rows, num_keys, dtype=np.int32)
+    q_codes, q_sf = ref.fp4_quantize(q)
+    key_codes, key_sf = ref.fp4_quantize(keys)
+    logits = deep_gemm.fp8_fp4_mqa_logits(
+        (torch.from_numpy(q_codes).view(torch.int8), torch.from_numpy(q_sf)),
+        (torch.from_numpy(key_codes).view(torch.int8), torch.from_numpy(key_sf)),
+        torch.from_numpy(weights), torch.from_numpy(ks), torch.from_numpy(ke))
+    expected = weights.astype(np.float64)[:, None, :] @ np.maximum(
+        0.0, np.einsum("shd,kd->skh", ref.fp4_decode(q_codes, q_sf), ref.fp4_decode(key_codes, key_sf))
+    ).transpose(0, 2, 1)
+    ref.assert_logits_close(logits.numpy(), expected[:, 0, :])
+    with pytest.raises(NotImplementedError, match="fp8_mqa_logits: kv: FP4 keys"):
+        deep_gemm.fp8_mqa_logits(torch.from_numpy(ref.e4m3_encode(q)).view(torch.float8_e4m3fn),
+                                 (torch.from_numpy(key_codes), torch.from_numpy(key_sf)),
+                                 torch.from_numpy(weights), torch.from_numpy(ks), torch.from_numpy(ke))
