@@ -56,15 +56,30 @@ void pack_key_block(const E4m3Tables& tables, int head_dim, const std::uint8_t* 
 
 void pack_fp4_key_block(int head_dim, const std::uint8_t* const* codes, const std::uint32_t* scale_words,
                         KeyBlock* block) {
+  constexpr int kMaxBlocks = kFp4HeadDim / kFp4BlockElements;
   const int words = head_dim / 2;  // one code byte per bf16 pair
+  const int blocks = head_dim / kFp4BlockElements;
+  // Per lane and block, the bf16 bits of every code's value at the block's
+  // scale: each code byte then costs two lookups.
+  std::array<std::array<std::uint16_t, 16>, kBlockKeys * kMaxBlocks> values{};
+  for (int i = 0; i < kBlockKeys; ++i) {
+    if (codes[i] == nullptr) continue;  // padding lane: zero
+    for (int b = 0; b < blocks; ++b) {
+      const float scale = fp4_block_scale_value(scale_words[i], b);
+      for (int code = 0; code < 16; ++code) {
+        values[static_cast<std::size_t>(i * kMaxBlocks + b)][static_cast<std::size_t>(code)] =
+            static_cast<std::uint16_t>(float_bits(e2m1_to_float(static_cast<std::uint8_t>(code)) * scale) >> 16);
+      }
+    }
+  }
   block->pairs.resize(static_cast<std::size_t>(words) * kBlockKeys);
   std::uint32_t* pairs = block->pairs.data();
   for (int w = 0; w < words; ++w) {
+    const int b = w * 2 / kFp4BlockElements;
     for (int i = 0; i < kBlockKeys; ++i) {
-      pairs[w * kBlockKeys + i] =
-          codes[i] == nullptr ? 0u
-                              : bf16_pair(fp4_element(codes[i], scale_words[i], 2 * w),
-                                          fp4_element(codes[i], scale_words[i], 2 * w + 1));
+      const std::uint8_t byte = codes[i] == nullptr ? 0 : codes[i][w];
+      const auto& table = values[static_cast<std::size_t>(i * kMaxBlocks + b)];
+      pairs[w * kBlockKeys + i] = table[byte & 0xF] | (std::uint32_t{table[byte >> 4]} << 16);
     }
   }
 }
