@@ -85,8 +85,16 @@ Status select_scoring_engine(const char* op, const detail::LogitsProblem& p, con
                              Engine* engine) {
   DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, engine));
   if (!is_cuda_engine(*engine)) return Status::success();
+  // The Hopper kernels read fp8 queries and keys only; fp4 goes to the generic kernels.
+  const bool fp4 = p.fp4_keys() || p.fp4_queries();
+  if (ctx.backend == Backend::cuda_hopper && fp4) {
+    return {ErrorCode::unsupported,
+            std::string(op) + ": ctx.backend: cuda_hopper reads fp8 queries and fp8 keys only, this call has " +
+                (p.fp4_keys() ? "fp4 keys" : "fp8 keys") + " and " + (p.fp4_queries() ? "fp4 queries" : "fp8 queries") +
+                "; use automatic or cuda_generic"};
+  }
   const bool hopper_serves =
-      hopper_candidate(p.device, ctx) &&
+      hopper_candidate(p.device, ctx) && !fp4 &&
       cuda::hopper_supports_native(p.rows_per_unit(), static_cast<int>(p.heads), p.head_dim);
   if (ctx.backend == Backend::cuda_hopper && !hopper_serves) {
     return {ErrorCode::unsupported,
@@ -178,6 +186,15 @@ const char* backend_name(Backend backend) noexcept {
   return "unknown";
 }
 
+const char* key_format_name(KeyFormat format) noexcept {
+  switch (format) {
+    case KeyFormat::automatic: return "automatic";
+    case KeyFormat::fp8_e4m3: return "fp8_e4m3";
+    case KeyFormat::fp4_e2m1: return "fp4_e2m1";
+  }
+  return "unknown";
+}
+
 const char* logits_path_name(LogitsPath path) noexcept {
   switch (path) {
     case LogitsPath::automatic: return "automatic";
@@ -250,7 +267,23 @@ Status quantize_queries(const TensorView& q, const TensorView& head_gate, const 
                         const ExecContext& ctx) {
   const char* op = "quantize_queries";
   detail::QuantizeQueriesProblem p;
-  DSA_RETURN_IF_ERROR(detail::validate_quantize_queries(q, head_gate, q_fp8, weights, options, &p));
+  DSA_RETURN_IF_ERROR(detail::validate_quantize_queries(q, head_gate, q_fp8, nullptr, weights, options, &p));
+  Engine engine;
+  DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, &engine));
+  if (!is_cuda_engine(engine)) {
+    return run_cpu(op, [&] { return cpu::quantize_queries(p, engine == Engine::cpu_parallel, ctx); });
+  }
+  return run_cuda(op, p.device, ctx, cuda::workspace_bytes_basic(),
+                  [&] { return cuda::quantize_queries(p, ctx); });
+}
+
+Status quantize_queries_fp4(const TensorView& q, const TensorView& head_gate, const TensorView& q_codes,
+                            const TensorView& q_block_scales, const TensorView& weights,
+                            const QuantizeQueriesOptions& options, const ExecContext& ctx) {
+  const char* op = "quantize_queries_fp4";
+  detail::QuantizeQueriesProblem p;
+  DSA_RETURN_IF_ERROR(
+      detail::validate_quantize_queries(q, head_gate, q_codes, &q_block_scales, weights, options, &p));
   Engine engine;
   DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, &engine));
   if (!is_cuda_engine(engine)) {
@@ -288,7 +321,9 @@ Status paged_mqa_logits(const TensorView& q, const TensorView& key_cache, const 
   const char* op = "paged_mqa_logits";
   detail::LogitsProblem p;
   DSA_RETURN_IF_ERROR(detail::validate_scoring_inputs(
-      op, {q, key_cache, weights, context_lens, block_table, schedule, max_context_len, options.page_size}, &p));
+      op, {q, key_cache, weights, context_lens, block_table, schedule, max_context_len, options.page_size,
+           options.key_format, options.q_block_scales},
+      &p));
   DSA_RETURN_IF_ERROR(detail::validate_logits_output(logits, options, &p));
   p.path = resolve_path(options.path, p.next_n, p.heads, p.head_dim, p.device, ctx);
   Engine engine;
@@ -331,8 +366,8 @@ Status mqa_logits(const TensorView& q, const TensorView& keys, const TensorView&
   const bool hopper = hopper_candidate(p.device, ctx) && cuda::hopper_supports_mqa_logits(p);
   if (ctx.backend == Backend::cuda_hopper && !hopper) {
     return {ErrorCode::unsupported,
-            std::string(op) + ": ctx.backend: cuda_hopper needs an sm_90 device, a build with sm_90a, H in "
-            "{32, 64}, D == 128, at least one key and q and keys starting on 16-byte boundaries; got H = " +
+            std::string(op) + ": ctx.backend: cuda_hopper needs an sm_90 device, a build with sm_90a, fp8 q and "
+            "keys, H in {32, 64}, D == 128, at least one key and q and keys starting on 16-byte boundaries; got H = " +
                 std::to_string(p.heads) + ", D = " + std::to_string(p.head_dim) + ", S_kv = " +
                 std::to_string(p.num_keys)};
   }
@@ -368,7 +403,8 @@ Status index_topk(const TensorView& q, const TensorView& key_cache, const Tensor
   const char* op = "index_topk";
   detail::IndexTopkProblem p;
   DSA_RETURN_IF_ERROR(detail::validate_scoring_inputs(
-      op, {q, key_cache, weights, context_lens, block_table, schedule, max_context_len, options.page_size},
+      op, {q, key_cache, weights, context_lens, block_table, schedule, max_context_len, options.page_size,
+           options.key_format, options.q_block_scales},
       &p.logits));
   DSA_RETURN_IF_ERROR(detail::validate_index_topk_outputs(topk_lens, indices, options, &p));
   p.logits.path = resolve_path(options.path, p.logits.next_n, p.logits.heads, p.logits.head_dim,
@@ -380,7 +416,7 @@ Status index_topk(const TensorView& q, const TensorView& key_cache, const Tensor
   if (fused && engine == Engine::cuda_generic) {
     return {ErrorCode::unsupported,
             "index_topk: strategy: the fused pass on CUDA runs on the Hopper kernels only (sm_90, "
-            "H in {32, 64}, D == 128); use automatic or logits_then_topk"};
+            "H in {32, 64}, D == 128, fp8 queries and keys); use automatic or logits_then_topk"};
   }
   p.fused = fused;
   if (!on_cuda) return run_cpu(op, [&] { return cpu::index_topk(p, engine == Engine::cpu_parallel, ctx); });

@@ -214,50 +214,74 @@ Status expect_device(const char* op, const char* arg, const TensorView& view, De
   return Status::success();
 }
 
-// The 2-D [num_pages, bytes_per_page] or 4-D DeepGEMM [num_pages, P, 1, D + 4]
-// cache view, with the page size its operation's options give (`page_size`,
-// read as dsa/cache.hpp says).
-Status parse_cache(const char* op, const char* arg, const TensorView& cache, int page_size, int head_dim,
-                   const char* head_dim_source, CacheRef* out) {
+// The 2-D [num_pages, bytes_per_page] or 4-D DeepGEMM [num_pages, P, 1, W]
+// cache view, with the page size and key format its operation's options give
+// (`page_size`, `key_format`, read as dsa/cache.hpp says).
+Status parse_cache(const char* op, const char* arg, const TensorView& cache, int page_size, KeyFormat key_format,
+                   int head_dim, const char* head_dim_source, CacheRef* out) {
   if (page_size != 0 && !supported_page_size(page_size)) {
     return fail(ErrorCode::invalid_argument, op, "options.page_size",
                 "must be 0 (the page size of the cache view), 32 or 64, got " + str(page_size));
   }
+  if (key_format != KeyFormat::automatic && key_format != KeyFormat::fp8_e4m3 &&
+      key_format != KeyFormat::fp4_e2m1) {
+    return fail(ErrorCode::invalid_argument, op, "options.key_format",
+                "not a KeyFormat value, got " + str(static_cast<std::int64_t>(key_format)));
+  }
   if (cache.empty()) return fail(ErrorCode::null_pointer, op, arg, "required tensor is missing (empty view)");
   if (cache.ndim != 2 && cache.ndim != 4) {
     return fail(ErrorCode::bad_shape, op, arg,
-                "expected rank 2 [num_pages, bytes_per_page] or rank 4 [num_pages, P, 1, D + 4], got " +
+                "expected rank 2 [num_pages, bytes_per_page] or rank 4 [num_pages, P, 1, W], got " +
                     cache.describe());
   }
   DSA_RETURN_IF_ERROR(check_tensor(op, arg, cache, cache.ndim, {DType::uint8}));
   int page_tokens = page_size != 0 ? page_size : kDefaultPageTokens;
+  KeyFormat format = key_format != KeyFormat::automatic ? key_format : KeyFormat::fp8_e4m3;
   if (cache.ndim == 4) {
-    const std::int64_t row_bytes = std::int64_t{head_dim} + 4;
-    if (!supported_page_size(cache.size(1)) || cache.size(2) != 1 || cache.size(3) != row_bytes) {
+    const std::int64_t fp8_width = KeyCacheLayout{head_dim, page_tokens, KeyFormat::fp8_e4m3}.token_bytes();
+    const std::int64_t fp4_width = KeyCacheLayout{head_dim, page_tokens, KeyFormat::fp4_e2m1}.token_bytes();
+    const std::int64_t width = cache.size(3);
+    if (!supported_page_size(cache.size(1)) || cache.size(2) != 1 || (width != fp8_width && width != fp4_width)) {
       return fail(ErrorCode::bad_shape, op, arg,
-                  "4-D cache must be [num_pages, P, 1, D + 4] = [num_pages, P, 1, " + str(row_bytes) +
-                      "] with P in {32, 64} for head dim " + str(head_dim) + " (from " + head_dim_source +
-                      "), got " + cache.describe());
+                  "4-D cache must be [num_pages, P, 1, W] with P in {32, 64} and W = D + 4 = " + str(fp8_width) +
+                      " (fp8 keys) or D / 2 + 4 = " + str(fp4_width) + " (fp4 keys) for head dim " + str(head_dim) +
+                      " (from " + head_dim_source + "), got " + cache.describe());
     }
     if (page_size != 0 && cache.size(1) != page_size) {
       return fail(ErrorCode::bad_shape, op, arg,
                   "4-D cache has pages of " + str(cache.size(1)) + " tokens (dimension 1) but options.page_size is " +
                       str(page_size));
     }
-    if (cache.stride(3) != 1 || cache.stride(1) != row_bytes) {
+    const KeyFormat view_format = width == fp8_width ? KeyFormat::fp8_e4m3 : KeyFormat::fp4_e2m1;
+    if (key_format != KeyFormat::automatic && key_format != view_format) {
+      return fail(ErrorCode::bad_shape, op, arg,
+                  "4-D cache has " + str(width) + "-byte tokens (dimension 3), the " + key_format_name(view_format) +
+                      " format for head dim " + str(head_dim) + ", but options.key_format is " +
+                      key_format_name(key_format));
+    }
+    if (cache.stride(3) != 1 || cache.stride(1) != width) {
       return fail(ErrorCode::bad_stride, op, arg,
-                  "4-D cache strides must be [page_stride, D + 4, D + 4, 1], got " + cache.describe());
+                  "4-D cache strides must be [page_stride, W, W, 1], got " + cache.describe());
     }
     page_tokens = static_cast<int>(cache.size(1));
+    format = view_format;
   }
-  const std::int64_t min_page_bytes = KeyCacheLayout{head_dim, page_tokens}.min_page_bytes();
+  if (format == KeyFormat::fp4_e2m1 && head_dim != kFp4HeadDim) {
+    return fail(ErrorCode::bad_shape, op, arg,
+                "the fp4_e2m1 key format serves head dim " + str(kFp4HeadDim) + " only, got head dim " +
+                    str(head_dim) + " (from " + head_dim_source + ")");
+  }
+  const KeyCacheLayout layout{head_dim, page_tokens, format};
+  const std::int64_t min_page_bytes = layout.min_page_bytes();
   const std::int64_t page_bytes = cache.ndim == 4 ? min_page_bytes : cache.size(1);
   if (cache.ndim == 2) {
     if (page_bytes < min_page_bytes) {
       return fail(ErrorCode::bad_shape, op, arg,
-                  "pages of " + str(page_bytes) + " bytes are smaller than P * (D + 4) = " + str(page_tokens) +
-                      " * " + str(head_dim + 4) + " = " + str(min_page_bytes) + " for head dim " + str(head_dim) +
-                      " (from " + head_dim_source + ") and " + str(page_tokens) + "-token pages");
+                  "pages of " + str(page_bytes) + " bytes are smaller than " +
+                      (format == KeyFormat::fp4_e2m1 ? "P * (D / 2 + 4) = " : "P * (D + 4) = ") + str(page_tokens) + " * " +
+                      str(layout.token_bytes()) + " = " + str(min_page_bytes) + " for head dim " + str(head_dim) +
+                      " (from " + head_dim_source + "), " + key_format_name(format) + " keys and " +
+                      str(page_tokens) + "-token pages");
     }
     DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, arg, cache));
   }
@@ -282,7 +306,7 @@ Status parse_cache(const char* op, const char* arg, const TensorView& cache, int
                 str(num_pages) + " pages exceed the int32 slot range (at most " + str(kInt32Max / page_tokens) +
                     " pages of " + str(page_tokens) + " tokens)");
   }
-  *out = CacheRef{static_cast<std::uint8_t*>(cache.data), page_stride, num_pages, head_dim, page_tokens};
+  *out = CacheRef{static_cast<std::uint8_t*>(cache.data), page_stride, num_pages, head_dim, page_tokens, format};
   return Status::success();
 }
 
@@ -309,6 +333,41 @@ Status expect_fp8_rows(const char* op, const char* arg, const TensorView& view) 
   if (!aligned(view.data, kQueryRowAlignment)) {
     return fail(ErrorCode::bad_alignment, op, arg, "data pointer is not 16-byte aligned");
   }
+  return Status::success();
+}
+
+// The queries of the scoring operations, rank 4 [B, next_n, H, ...] (paged)
+// or rank 3 [S, H, ...] (prefill): fp8 [..., H, D], or with q_block_scales
+// fp4 packed codes uint8 [..., H, D / 2] (D == 128) and int32 [..., H]
+// block-scale words. Sets *head_dim to D.
+Status validate_query(const char* op, const TensorView& q, const TensorView& scales, int rank, int* head_dim) {
+  const int inner = rank - 1;
+  const std::string rows = rank == 4 ? "B, next_n, H" : "S, H";
+  if (scales.empty()) {
+    if (!q.empty() && q.dtype == DType::uint8) {
+      return fail(ErrorCode::bad_dtype, op, "q",
+                  "uint8 queries are packed fp4 codes and need options.q_block_scales; fp8 queries are float8_e4m3");
+    }
+    DSA_RETURN_IF_ERROR(check_tensor(op, "q", q, rank, {DType::float8_e4m3}));
+    if (rank == 4) DSA_RETURN_IF_ERROR(expect_next_n(op, "q", q));
+    DSA_RETURN_IF_ERROR(expect_fp8_rows(op, "q", q));
+    *head_dim = static_cast<int>(q.size(inner));
+    return Status::success();
+  }
+  DSA_RETURN_IF_ERROR(check_tensor(op, "q", q, rank, {DType::uint8}));
+  if (rank == 4) DSA_RETURN_IF_ERROR(expect_next_n(op, "q", q));
+  if (q.size(inner) != kFp4HeadDim / 2) {
+    return fail(ErrorCode::bad_shape, op, "q",
+                "fp4 queries (q_block_scales given) are packed codes [" + rows + ", D / 2] with D == " +
+                    str(kFp4HeadDim) + ", so dimension " + str(inner) + " must be " + str(kFp4HeadDim / 2) +
+                    ", got " + q.describe());
+  }
+  DSA_RETURN_IF_ERROR(expect_fp8_rows(op, "q", q));
+  DSA_RETURN_IF_ERROR(check_tensor(op, "q_block_scales", scales, inner, {DType::int32}));
+  for (int d = 0; d < inner; ++d) {
+    DSA_RETURN_IF_ERROR(expect_extent(op, "q_block_scales", scales, d, q.size(d), "the matching extent of q"));
+  }
+  *head_dim = kFp4HeadDim;
   return Status::success();
 }
 
@@ -361,7 +420,8 @@ Status validate_store_keys(const TensorView& keys, const TensorView& slot_mappin
   DSA_RETURN_IF_ERROR(expect_extent(op, "slot_mapping", slot_mapping, 0, keys.size(0), "the number of keys"));
   const int head_dim = static_cast<int>(keys.size(1));
   StoreKeysProblem p;
-  DSA_RETURN_IF_ERROR(parse_cache(op, "cache", cache, options.page_size, head_dim, "keys", &p.cache));
+  DSA_RETURN_IF_ERROR(
+      parse_cache(op, "cache", cache, options.page_size, options.key_format, head_dim, "keys", &p.cache));
   DSA_RETURN_IF_ERROR(expect_one_device(op, {{"keys", &keys}, {"slot_mapping", &slot_mapping}, {"cache", &cache}}));
   p.device = keys.device;
   p.num_tokens = keys.size(0);
@@ -378,25 +438,45 @@ Status validate_store_keys(const TensorView& keys, const TensorView& slot_mappin
 }
 
 Status validate_quantize_queries(const TensorView& q, const TensorView& head_gate,
-                                 const TensorView& q_fp8, const TensorView& weights,
-                                 const QuantizeQueriesOptions& options,
+                                 const TensorView& q_codes, const TensorView* q_block_scales,
+                                 const TensorView& weights, const QuantizeQueriesOptions& options,
                                  QuantizeQueriesProblem* problem) {
-  const char* op = "quantize_queries";
+  const bool fp4 = q_block_scales != nullptr;
+  const char* op = fp4 ? "quantize_queries_fp4" : "quantize_queries";
+  const char* codes_arg = fp4 ? "q_codes" : "q_fp8";
   DSA_RETURN_IF_ERROR(check_tensor(op, "q", q, 4, {DType::bfloat16, DType::float32}));
   DSA_RETURN_IF_ERROR(expect_next_n(op, "q", q));
   DSA_RETURN_IF_ERROR(expect_head_dim(op, "q", q.size(3)));
+  if (fp4 && q.size(3) != kFp4HeadDim) {
+    return fail(ErrorCode::bad_shape, op, "q",
+                "fp4 queries serve head dim " + str(kFp4HeadDim) + " only, got " + q.describe());
+  }
   DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "q", q));
   const std::int64_t batch = q.size(0), next_n = q.size(1), heads = q.size(2);
   const std::int64_t rows = batch * next_n;
   DSA_RETURN_IF_ERROR(check_tensor(op, "head_gate", head_gate, 2, {DType::bfloat16, DType::float32}));
   DSA_RETURN_IF_ERROR(expect_extent(op, "head_gate", head_gate, 0, rows, "B * next_n"));
   DSA_RETURN_IF_ERROR(expect_extent(op, "head_gate", head_gate, 1, heads, "the head count of q"));
-  DSA_RETURN_IF_ERROR(check_tensor(op, "q_fp8", q_fp8, 4, {DType::float8_e4m3}));
-  for (int d = 0; d < 4; ++d) {
-    DSA_RETURN_IF_ERROR(expect_extent(op, "q_fp8", q_fp8, d, q.size(d), "the matching extent of q"));
+  if (fp4) {
+    DSA_RETURN_IF_ERROR(check_tensor(op, codes_arg, q_codes, 4, {DType::uint8}));
+  } else {
+    DSA_RETURN_IF_ERROR(check_tensor(op, codes_arg, q_codes, 4, {DType::float8_e4m3}));
   }
-  DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "q_fp8", q_fp8));
-  DSA_RETURN_IF_ERROR(expect_no_overlap(op, "q_fp8", q_fp8));
+  for (int d = 0; d < 3; ++d) {
+    DSA_RETURN_IF_ERROR(expect_extent(op, codes_arg, q_codes, d, q.size(d), "the matching extent of q"));
+  }
+  DSA_RETURN_IF_ERROR(expect_extent(op, codes_arg, q_codes, 3, fp4 ? q.size(3) / 2 : q.size(3),
+                                    fp4 ? "D / 2 (two codes a byte)" : "the head dim of q"));
+  DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, codes_arg, q_codes));
+  DSA_RETURN_IF_ERROR(expect_no_overlap(op, codes_arg, q_codes));
+  if (fp4) {
+    DSA_RETURN_IF_ERROR(check_tensor(op, "q_block_scales", *q_block_scales, 3, {DType::int32}));
+    for (int d = 0; d < 3; ++d) {
+      DSA_RETURN_IF_ERROR(expect_extent(op, "q_block_scales", *q_block_scales, d, q.size(d),
+                                        "the matching extent of q"));
+    }
+    DSA_RETURN_IF_ERROR(expect_no_overlap(op, "q_block_scales", *q_block_scales));
+  }
   DSA_RETURN_IF_ERROR(check_tensor(op, "weights", weights, 2, {DType::float32}));
   DSA_RETURN_IF_ERROR(expect_extent(op, "weights", weights, 0, rows, "B * next_n"));
   DSA_RETURN_IF_ERROR(expect_extent(op, "weights", weights, 1, heads, "the head count of q"));
@@ -405,8 +485,12 @@ Status validate_quantize_queries(const TensorView& q, const TensorView& head_gat
   if (!std::isfinite(options.weight_scale)) {
     return fail(ErrorCode::invalid_argument, op, "options.weight_scale", "must be finite");
   }
-  DSA_RETURN_IF_ERROR(expect_one_device(
-      op, {{"q", &q}, {"head_gate", &head_gate}, {"q_fp8", &q_fp8}, {"weights", &weights}}));
+  const TensorView no_scales;
+  DSA_RETURN_IF_ERROR(expect_one_device(op, {{"q", &q},
+                                             {"head_gate", &head_gate},
+                                             {codes_arg, &q_codes},
+                                             {"q_block_scales", fp4 ? q_block_scales : &no_scales},
+                                             {"weights", &weights}}));
   QuantizeQueriesProblem p;
   p.device = q.device;
   p.batch = batch;
@@ -422,10 +506,16 @@ Status validate_quantize_queries(const TensorView& q, const TensorView& head_gat
   p.gate_dtype = head_gate.dtype;
   p.gate_stride_row = head_gate.stride(0);
   p.gate_stride_h = head_gate.stride(1);
-  p.q_fp8 = static_cast<std::uint8_t*>(q_fp8.data);
-  p.q_fp8_stride_b = q_fp8.stride(0);
-  p.q_fp8_stride_n = q_fp8.stride(1);
-  p.q_fp8_stride_h = q_fp8.stride(2);
+  p.q_codes = static_cast<std::uint8_t*>(q_codes.data);
+  p.q_codes_stride_b = q_codes.stride(0);
+  p.q_codes_stride_n = q_codes.stride(1);
+  p.q_codes_stride_h = q_codes.stride(2);
+  if (fp4) {
+    p.q_block_scales = q_block_scales->ptr<std::int32_t>();
+    p.q_scales_stride_b = q_block_scales->stride(0);
+    p.q_scales_stride_n = q_block_scales->stride(1);
+    p.q_scales_stride_h = q_block_scales->stride(2);
+  }
   p.weights = weights.ptr<float>();
   p.weights_stride_row = weights.stride(0);
   p.power_of_two_scales = options.power_of_two_scales;
@@ -496,16 +586,15 @@ Status validate_plan_schedule(const TensorView& context_lens, int num_workers, L
 
 Status validate_scoring_inputs(const char* op, const ScoringInputs& in, LogitsProblem* problem) {
   const TensorView& q = in.q;
-  DSA_RETURN_IF_ERROR(check_tensor(op, "q", q, 4, {DType::float8_e4m3}));
-  DSA_RETURN_IF_ERROR(expect_next_n(op, "q", q));
-  DSA_RETURN_IF_ERROR(expect_fp8_rows(op, "q", q));
+  int head_dim = 0;
+  DSA_RETURN_IF_ERROR(validate_query(op, q, in.q_block_scales, 4, &head_dim));
   const std::int64_t batch = q.size(0), next_n = q.size(1), heads = q.size(2);
   const std::int64_t rows = batch * next_n;
-  const int head_dim = static_cast<int>(q.size(3));
   if (rows > kInt32Max) return fail(ErrorCode::bad_shape, op, "q", "B * next_n exceeds the int32 range");
 
   LogitsProblem p;
-  DSA_RETURN_IF_ERROR(parse_cache(op, "key_cache", in.key_cache, in.page_size, head_dim, "q", &p.cache));
+  DSA_RETURN_IF_ERROR(
+      parse_cache(op, "key_cache", in.key_cache, in.page_size, in.key_format, head_dim, "q", &p.cache));
 
   DSA_RETURN_IF_ERROR(check_tensor(op, "weights", in.weights, 2, {DType::float32}));
   DSA_RETURN_IF_ERROR(expect_extent(op, "weights", in.weights, 0, rows, "B * next_n"));
@@ -535,6 +624,7 @@ Status validate_scoring_inputs(const char* op, const ScoringInputs& in, LogitsPr
                 "must be in [0, 2^31 - 1], got " + str(in.max_context_len));
   }
   DSA_RETURN_IF_ERROR(expect_one_device(op, {{"q", &q},
+                                             {"q_block_scales", &in.q_block_scales},
                                              {"key_cache", &in.key_cache},
                                              {"weights", &in.weights},
                                              {"context_lens", &in.context_lens},
@@ -546,9 +636,16 @@ Status validate_scoring_inputs(const char* op, const ScoringInputs& in, LogitsPr
   p.heads = heads;
   p.head_dim = head_dim;
   p.q = static_cast<const std::uint8_t*>(q.data);
-  p.q_stride_h = used_stride(q, 2, head_dim);
+  p.q_stride_h = used_stride(q, 2, q.size(3));
   p.q_stride_n = used_stride(q, 1, p.q_stride_h * heads);
   p.q_stride_b = used_stride(q, 0, p.q_stride_n * next_n);
+  if (!in.q_block_scales.empty()) {
+    const TensorView& scales = in.q_block_scales;
+    p.q_scales = static_cast<const std::uint32_t*>(scales.data);
+    p.q_scales_stride_h = used_stride(scales, 2, 1);
+    p.q_scales_stride_n = used_stride(scales, 1, p.q_scales_stride_h * heads);
+    p.q_scales_stride_b = used_stride(scales, 0, p.q_scales_stride_n * next_n);
+  }
   p.weights = in.weights.ptr<const float>();
   p.weights_stride_row = in.weights.stride(0);
   p.lens = lengths_ref(in.context_lens);
@@ -616,17 +713,32 @@ Status validate_mqa_logits(const TensorView& q, const TensorView& keys, const Te
                            const TensorView& logits, const MqaLogitsOptions& options,
                            MqaLogitsProblem* problem) {
   const char* op = "mqa_logits";
-  DSA_RETURN_IF_ERROR(check_tensor(op, "q", q, 3, {DType::float8_e4m3}));
-  DSA_RETURN_IF_ERROR(expect_fp8_rows(op, "q", q));
+  int head_dim = 0;
+  DSA_RETURN_IF_ERROR(validate_query(op, q, options.q_block_scales, 3, &head_dim));
   const std::int64_t rows = q.size(0), heads = q.size(1);
-  const int head_dim = static_cast<int>(q.size(2));
   if (rows > kInt32Max) return fail(ErrorCode::bad_shape, op, "q", "S (dimension 0) exceeds the int32 range");
-  DSA_RETURN_IF_ERROR(check_tensor(op, "keys", keys, 2, {DType::float8_e4m3}));
-  DSA_RETURN_IF_ERROR(expect_extent(op, "keys", keys, 1, head_dim, "the head dim of q"));
+  // fp4 keys are packed codes, told apart from fp8 keys by their dtype.
+  const bool fp4_keys = !keys.empty() && keys.dtype == DType::uint8;
+  if (fp4_keys) {
+    DSA_RETURN_IF_ERROR(check_tensor(op, "keys", keys, 2, {DType::uint8}));
+    if (head_dim != kFp4HeadDim || keys.size(1) != kFp4HeadDim / 2) {
+      return fail(ErrorCode::bad_shape, op, "keys",
+                  "fp4 keys (uint8) are packed codes [S_kv, D / 2] with D == " + str(kFp4HeadDim) +
+                      ", so dimension 1 must be " + str(kFp4HeadDim / 2) + " and q's head dim " + str(kFp4HeadDim) +
+                      ", got " + keys.describe() + " with head dim " + str(head_dim) + " (from q)");
+    }
+  } else {
+    DSA_RETURN_IF_ERROR(check_tensor(op, "keys", keys, 2, {DType::float8_e4m3}));
+    DSA_RETURN_IF_ERROR(expect_extent(op, "keys", keys, 1, head_dim, "the head dim of q"));
+  }
   DSA_RETURN_IF_ERROR(expect_fp8_rows(op, "keys", keys));
   const std::int64_t num_keys = keys.size(0);
   if (num_keys > kInt32Max) return fail(ErrorCode::bad_shape, op, "keys", "S_kv (dimension 0) exceeds the int32 range");
-  DSA_RETURN_IF_ERROR(check_tensor(op, "key_scales", key_scales, 1, {DType::float32}));
+  if (fp4_keys) {
+    DSA_RETURN_IF_ERROR(check_tensor(op, "key_scales", key_scales, 1, {DType::int32}));
+  } else {
+    DSA_RETURN_IF_ERROR(check_tensor(op, "key_scales", key_scales, 1, {DType::float32}));
+  }
   DSA_RETURN_IF_ERROR(expect_extent(op, "key_scales", key_scales, 0, num_keys, "S_kv of keys"));
   DSA_RETURN_IF_ERROR(check_tensor(op, "weights", weights, 2, {DType::float32}));
   DSA_RETURN_IF_ERROR(expect_extent(op, "weights", weights, 0, rows, "S of q"));
@@ -656,6 +768,7 @@ Status validate_mqa_logits(const TensorView& q, const TensorView& keys, const Te
   DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "logits", logits));
   DSA_RETURN_IF_ERROR(expect_rows_apart(op, "logits", logits, width, width_name));
   DSA_RETURN_IF_ERROR(expect_one_device(op, {{"q", &q},
+                                             {"q_block_scales", &options.q_block_scales},
                                              {"keys", &keys},
                                              {"key_scales", &key_scales},
                                              {"weights", &weights},
@@ -664,11 +777,20 @@ Status validate_mqa_logits(const TensorView& q, const TensorView& keys, const Te
                                              {"logits", &logits}}));
   MqaLogitsProblem p{q.device, rows, heads, num_keys, head_dim};
   p.q = static_cast<const std::uint8_t*>(q.data);
-  p.q_stride_h = used_stride(q, 1, head_dim);
+  p.q_stride_h = used_stride(q, 1, q.size(2));
   p.q_stride_row = used_stride(q, 0, p.q_stride_h * heads);
+  if (!options.q_block_scales.empty()) {
+    p.q_scales = static_cast<const std::uint32_t*>(options.q_block_scales.data);
+    p.q_scales_stride_h = used_stride(options.q_block_scales, 1, 1);
+    p.q_scales_stride_row = used_stride(options.q_block_scales, 0, p.q_scales_stride_h * heads);
+  }
   p.keys = static_cast<const std::uint8_t*>(keys.data);
-  p.keys_stride = used_stride(keys, 0, head_dim);
-  p.key_scales = key_scales.ptr<const float>();
+  p.keys_stride = used_stride(keys, 0, keys.size(1));
+  if (fp4_keys) {
+    p.key_scale_words = static_cast<const std::uint32_t*>(key_scales.data);
+  } else {
+    p.key_scales = key_scales.ptr<const float>();
+  }
   p.key_scales_stride = key_scales.stride(0);
   p.weights = weights.ptr<const float>();
   p.weights_stride_row = weights.stride(0);

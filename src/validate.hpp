@@ -26,9 +26,11 @@ Status validate_store_keys(const TensorView& keys, const TensorView& slot_mappin
                            const TensorView& cache, const StoreKeysOptions& options,
                            StoreKeysProblem* problem);
 
+// quantize_queries (q_block_scales == nullptr; q_codes is q_fp8) or
+// quantize_queries_fp4 (q_codes and *q_block_scales its outputs).
 Status validate_quantize_queries(const TensorView& q, const TensorView& head_gate,
-                                 const TensorView& q_fp8, const TensorView& weights,
-                                 const QuantizeQueriesOptions& options,
+                                 const TensorView& q_codes, const TensorView* q_block_scales,
+                                 const TensorView& weights, const QuantizeQueriesOptions& options,
                                  QuantizeQueriesProblem* problem);
 
 // `op` is the public name of the builder ("causal_context_lens", ...).
@@ -49,6 +51,8 @@ struct ScoringInputs {
   const TensorView& schedule;
   std::int64_t max_context_len;
   int page_size;  // the options' (dsa/cache.hpp)
+  KeyFormat key_format;  // the options' (dsa/cache.hpp)
+  const TensorView& q_block_scales;  // the options'; empty for fp8 queries
 };
 
 // Fills every field of `problem` except `path` (resolved by the caller from

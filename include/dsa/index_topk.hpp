@@ -16,8 +16,8 @@ enum class IndexTopkStrategy {
   automatic,         // the faster of the two on the backend as measured
                      // (docs/performance.md): fused on the CPU, logits_then_topk on CUDA
   fused,             // selection inside the scoring pass, logits never written in full
-                     // (CPU, and CUDA on the Hopper kernels; the generic CUDA
-                     // kernels return `unsupported`)
+                     // (CPU, and CUDA on the Hopper kernels, which read fp8 keys;
+                     // the generic CUDA kernels return `unsupported`)
   logits_then_topk,  // paged_mqa_logits into staging memory (the workspace on CUDA), then topk
 };
 
@@ -33,6 +33,9 @@ struct IndexTopkOptions {
   IndexTopkStrategy strategy = IndexTopkStrategy::automatic;
   // Tokens per cache page, as LogitsOptions::page_size.
   int page_size = 0;
+  // As LogitsOptions::key_format and LogitsOptions::q_block_scales.
+  KeyFormat key_format = KeyFormat::automatic;
+  TensorView q_block_scales{};
 };
 
 // Same inputs as paged_mqa_logits (q, key_cache, weights, context_lens,

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "dsa/cache.hpp"
 #include "dsa/context.hpp"
 #include "dsa/schedule.hpp"
 #include "dsa/status.hpp"
@@ -18,18 +19,29 @@ struct LogitsOptions {
   // Tokens per cache page: 0 (from the view), 32 or 64; see "Page size" in
   // dsa/cache.hpp.
   int page_size = 0;
+  // The cache's key format: see "Key format" in dsa/cache.hpp. The Hopper
+  // backend reads fp8 keys only (automatic runs fp4 on the generic kernels).
+  KeyFormat key_format = KeyFormat::automatic;
+  // fp4 queries: int32 [B, next_n, H], each the packed ue8m0 block scales of
+  // one (row, head) query as a key's scale word is packed (dsa/cache.hpp).
+  // When given, q holds packed e2m1 codes (see below). Empty: fp8 queries.
+  TensorView q_block_scales{};
 };
 
 // Scores every cached key position for every query row.
 //
-//   q               float8_e4m3 [B, next_n, H, D]; inner dimension contiguous,
-//                   row strides multiples of 16 bytes (those of dimensions of
-//                   extent 1 are never used and may be anything). H in {32, 64} on the
-//                   Hopper backend, any H >= 1 elsewhere; D == the cache's D.
+//   q               float8_e4m3 [B, next_n, H, D], or with options.q_block_scales
+//                   uint8 [B, next_n, H, D / 2] packed e2m1 codes (D == 128,
+//                   element 2i in the low nibble of byte i); inner dimension
+//                   contiguous, row strides multiples of 16 bytes (those of
+//                   dimensions of extent 1 are never used and may be anything).
+//                   H in {32, 64} on the Hopper backend (fp8 only), any H >= 1
+//                   elsewhere; D == the cache's D.
 //   key_cache       uint8 paged cache (see dsa/cache.hpp) of num_pages pages of
 //                   P tokens (P from the view or options.page_size)
 //   weights         float32 [B * next_n, H], inner dimension contiguous; the
-//                   query scale is already folded in (see dsa/query.hpp)
+//                   fp8 query scale is already folded in; fp4 queries carry
+//                   their scales themselves (see dsa/query.hpp)
 //   context_lens    int32 [B, next_n]; 0 <= L[b, j] <= max_context_len
 //   block_table     int32 [B, max_blocks], inner dimension contiguous;
 //                   ceil(L[b, j] / P) <= max_blocks (length_out_of_range).
@@ -44,8 +56,13 @@ struct LogitsOptions {
 //                   stride >= max_context_len
 //
 // For row r = b * next_n + j and 0 <= p < L[b, j]:
-//   logits[r, p] = sum_h weights[r, h] * max(0, scale[p] * sum_d q[b, j, h, d] * key[p, d])
-// where key[p] and scale[p] are those of slot block_table[b, p / P] * P + p % P.
+//   logits[r, p] = sum_h weights[r, h] * max(0, sum_d q[b, j, h, d] * key[p, d])
+// where key[p] is the dequantized key (dsa/cache.hpp) of slot
+// block_table[b, p / P] * P + p % P, and q the fp8 values, or for fp4
+// queries e2m1(code[d]) * 2^(e_blk - 127) with e_blk byte d / 32 of the
+// (row, head)'s q_block_scales word. Each product is exact; sums are in
+// float32 (the CPU reference may use float64, ctx.reference_float64), in an
+// order the backend fixes.
 // Columns p >= max_context_len are never written. The native and per-token
 // paths compute the same function. Results are bitwise identical run to run.
 Status paged_mqa_logits(const TensorView& q, const TensorView& key_cache, const TensorView& weights,

@@ -22,18 +22,25 @@ struct MqaLogitsOptions {
   // The compressed output's columns: >= 0, and ke[i] - ks[i] <= max_seqlen_k
   // for every row. Must be 0 without `compressed`.
   std::int64_t max_seqlen_k = 0;
+  // fp4 queries: int32 [S, H], each the packed ue8m0 block scales of one
+  // (row, head) query (as dsa/logits.hpp's). When given, q holds packed e2m1
+  // codes [S, H, D / 2] (D == 128). Empty: fp8 queries.
+  TensorView q_block_scales{};
 };
 
 // Scores query rows against a contiguous run of S_kv keys, row i over the keys
 // [ks[i], ke[i]).
 //
-//   q           float8_e4m3 [S, H, D]; inner dimension contiguous, strides of
-//               dimensions 0 and 1 multiples of 16 bytes (those of extent 1 are
-//               never used and may be anything), 16-byte aligned; H >= 1,
-//               D a multiple of 16 up to 256
-//   keys        float8_e4m3 [S_kv, D]; inner dimension contiguous, row stride a
+//   q           float8_e4m3 [S, H, D], or with options.q_block_scales uint8
+//               [S, H, D / 2] packed e2m1 codes (D == 128); inner dimension
+//               contiguous, strides of dimensions 0 and 1 multiples of 16 bytes
+//               (those of extent 1 are never used and may be anything),
+//               16-byte aligned; H >= 1, D a multiple of 16 up to 256
+//   keys        float8_e4m3 [S_kv, D], or fp4 keys: uint8 [S_kv, D / 2] packed
+//               e2m1 codes (D == 128); inner dimension contiguous, row stride a
 //               multiple of 16 bytes, 16-byte aligned; S_kv < 2^31
-//   key_scales  float32 [S_kv], any stride
+//   key_scales  float32 [S_kv] (fp8 keys), or int32 [S_kv] (fp4 keys: each
+//               key's packed ue8m0 block scales, as in dsa/cache.hpp); any stride
 //   weights     float32 [S, H], inner dimension contiguous; the query scale is
 //               already folded in (see dsa/query.hpp)
 //   ks, ke      int32 [S], any stride; 0 <= ks[i] <= ke[i] <= S_kv
@@ -47,6 +54,8 @@ struct MqaLogitsOptions {
 //
 // For row i and ks[i] <= j < ke[i]:
 //   logit(i, j) = sum_h weights[i, h] * max(0, key_scales[j] * sum_d q[i, h, d] * keys[j, d])
+// with fp4 queries and keys read as their dequantized values (block scales
+// applied, key_scales[j] then 1; see dsa/logits.hpp)
 // stored at column j, or at column j - ks[i] with `compressed`. With
 // clean_logits every other column c < W of the row holds -inf. Columns
 // c >= W are never written. Results are bitwise identical run to run.

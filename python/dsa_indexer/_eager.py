@@ -33,6 +33,14 @@ _STRATEGIES = {
     "fused": _core.IndexTopkStrategy.fused,
     "logits_then_topk": _core.IndexTopkStrategy.logits_then_topk,
 }
+_KEY_FORMATS = {
+    "auto": _core.KeyFormat.automatic,
+    "automatic": _core.KeyFormat.automatic,
+    "fp8": _core.KeyFormat.fp8_e4m3,
+    "fp8_e4m3": _core.KeyFormat.fp8_e4m3,
+    "fp4": _core.KeyFormat.fp4_e2m1,
+    "fp4_e2m1": _core.KeyFormat.fp4_e2m1,
+}
 _LENGTH_BUILDERS = {
     "causal": _core.causal_context_lens,
     "expanded": _core.expanded_context_lens,
@@ -108,9 +116,11 @@ def _check_arrays(op, inputs=(), outputs=()):
                 raise ValueError(f"{op}: {name}: the array is read-only; the library writes it")
 
 
-def _scoring_inputs(q, key_cache, weights, context_lens, block_table, schedule):
+def _scoring_inputs(q, key_cache, weights, context_lens, block_table, schedule,
+                    q_block_scales=None):
     return [("q", q), ("key_cache", key_cache), ("weights", weights),
-            ("context_lens", context_lens), ("block_table", block_table), ("schedule", schedule)]
+            ("context_lens", context_lens), ("block_table", block_table), ("schedule", schedule),
+            ("q_block_scales", q_block_scales)]
 
 
 def _basic_workspace(like, ctx, workspace):
@@ -146,6 +156,16 @@ def new_quantized(q):
     """(q_fp8, weights) for q [B, next_n, H, D]."""
     rows = _rows(q) if len(q.shape) == 4 else 0
     return (fw.empty(q, q.shape, "float8_e4m3"), fw.empty(q, (rows, _extent(q, 2)), "float32"))
+
+
+def new_quantized_fp4(q):
+    """(q_codes, q_block_scales, weights) for q [B, next_n, H, D]: uint8 [B, next_n, H, D / 2],
+    int32 [B, next_n, H], float32 [B * next_n, H]."""
+    rows = _rows(q) if len(q.shape) == 4 else 0
+    shape = tuple(q.shape)
+    codes_shape = shape[:3] + (shape[3] // 2,) if len(shape) == 4 else shape
+    return (fw.empty(q, codes_shape, "uint8"), fw.empty(q, shape[:3], "int32"),
+            fw.empty(q, (rows, _extent(q, 2)), "float32"))
 
 
 def new_context_lens(lens, next_n):
@@ -187,15 +207,17 @@ def new_index_topk_indices(q, k):
 
 
 def store_index_keys(keys, slot_mapping, cache, *, power_of_two_scales=False, page_size=0,
-                     workspace=None, **execution):
+                     key_format="auto", workspace=None, **execution):
     page_size = _int32(page_size, "store_index_keys", "page_size")
+    key_format_value = _choice(_KEY_FORMATS, key_format, "key_format")
     _check_arrays("store_index_keys", [("keys", keys), ("slot_mapping", slot_mapping)],
                   [("cache", cache), ("workspace", workspace)])
     ctx = make_context(cache, **execution)
     ws = workspace if workspace is not None else fw.workspace(
         cache, _core.store_index_keys_workspace_bytes(ctx))
     _core.store_index_keys(fw.export(keys), fw.export(slot_mapping), fw.export(cache),
-                           bool(power_of_two_scales), page_size, ctx, fw.export(ws))
+                           bool(power_of_two_scales), page_size, key_format_value, ctx,
+                           fw.export(ws))
     return cache
 
 
@@ -214,6 +236,25 @@ def quantize_queries(q, head_gate, *, power_of_two_scales=False, weight_scale=0.
                            fw.export(weights), bool(power_of_two_scales), float(weight_scale),
                            ctx, fw.export(ws))
     return q_fp8, weights
+
+
+def quantize_queries_fp4(q, head_gate, *, weight_scale=0.0, out=None, workspace=None,
+                         **execution):
+    _check_arrays("quantize_queries_fp4", [("q", q), ("head_gate", head_gate)],
+                  [("workspace", workspace)])
+    if out is not None and (not isinstance(out, (tuple, list)) or len(out) != 3):
+        raise TypeError("quantize_queries_fp4: out: expected a triple (q_codes, q_block_scales, "
+                        "weights)")
+    q_codes, q_block_scales, weights = new_quantized_fp4(q) if out is None else out
+    _check_arrays("quantize_queries_fp4", outputs=[("out[0]", q_codes), ("out[1]", q_block_scales),
+                                                   ("out[2]", weights)])
+    ctx = make_context(q, **execution)
+    ws = workspace if workspace is not None else fw.workspace(
+        q, _core.quantize_queries_workspace_bytes(ctx))
+    _core.quantize_queries_fp4(fw.export(q), fw.export(head_gate), fw.export(q_codes),
+                               fw.export(q_block_scales), fw.export(weights), float(weight_scale),
+                               ctx, fw.export(ws))
+    return q_codes, q_block_scales, weights
 
 
 # ---------------------------------------------------------------------------
@@ -279,13 +320,15 @@ def _scoring_schedule(q, context_lens, schedule, path, execution):
 
 
 def paged_mqa_logits(q, key_cache, weights, context_lens, block_table, max_context_len,
-                     schedule=None, *, clean_logits=False, path="auto", page_size=0, out=None,
-                     out_dtype="float32", workspace=None, **execution):
+                     schedule=None, *, clean_logits=False, path="auto", page_size=0,
+                     key_format="auto", q_block_scales=None, out=None, out_dtype="float32",
+                     workspace=None, **execution):
     max_context_len = _int64(max_context_len, "paged_mqa_logits", "max_context_len")
     page_size = _int32(page_size, "paged_mqa_logits", "page_size")
     path_value = _choice(_PATHS, path, "path")
+    key_format_value = _choice(_KEY_FORMATS, key_format, "key_format")
     _check_arrays("paged_mqa_logits", _scoring_inputs(q, key_cache, weights, context_lens,
-                                                      block_table, schedule),
+                                                      block_table, schedule, q_block_scales),
                   [("out", out), ("workspace", workspace)])
     schedule = _scoring_schedule(q, context_lens, schedule, path, execution)
     if out is None:
@@ -296,15 +339,18 @@ def paged_mqa_logits(q, key_cache, weights, context_lens, block_table, max_conte
     _core.paged_mqa_logits(fw.export(q), fw.export(key_cache), fw.export(weights),
                            fw.export(context_lens), fw.export(block_table), fw.export(schedule),
                            max_context_len, fw.export(out), bool(clean_logits), path_value,
-                           page_size, ctx, fw.export(ws))
+                           page_size, key_format_value, fw.export(q_block_scales), ctx,
+                           fw.export(ws))
     return out
 
 
 def mqa_logits(q, keys, key_scales, weights, ks, ke, *, clean_logits=False, compressed=False,
-               max_seqlen_k=0, out=None, out_dtype="float32", workspace=None, **execution):
+               max_seqlen_k=0, q_block_scales=None, out=None, out_dtype="float32", workspace=None,
+               **execution):
     max_seqlen_k = _int64(max_seqlen_k, "mqa_logits", "max_seqlen_k")
     _check_arrays("mqa_logits", [("q", q), ("keys", keys), ("key_scales", key_scales),
-                                 ("weights", weights), ("ks", ks), ("ke", ke)],
+                                 ("weights", weights), ("ks", ks), ("ke", ke),
+                                 ("q_block_scales", q_block_scales)],
                   [("out", out), ("workspace", workspace)])
     if out is None:
         out = new_mqa_logits(q, keys, bool(compressed), max_seqlen_k, out_dtype)
@@ -313,7 +359,8 @@ def mqa_logits(q, keys, key_scales, weights, ks, ke, *, clean_logits=False, comp
         q, _core.mqa_logits_workspace_bytes(ctx))
     _core.mqa_logits(fw.export(q), fw.export(keys), fw.export(key_scales), fw.export(weights),
                      fw.export(ks), fw.export(ke), fw.export(out), bool(clean_logits),
-                     bool(compressed), max_seqlen_k, ctx, fw.export(ws))
+                     bool(compressed), max_seqlen_k, fw.export(q_block_scales), ctx,
+                     fw.export(ws))
     return out
 
 
@@ -355,7 +402,8 @@ def topk(logits, lengths, k, *, sorted=False, row_starts=None, position_offsets=
     return out
 
 
-def _index_topk_options(k, sorted, physical_slots, path, strategy, page_size=0):
+def _index_topk_options(k, sorted, physical_slots, path, strategy, page_size=0,
+                        key_format="auto"):
     options = _core.IndexTopkOptions()
     options.k = _int32(k, "index_topk", "k")
     options.sorted = bool(sorted)
@@ -363,16 +411,18 @@ def _index_topk_options(k, sorted, physical_slots, path, strategy, page_size=0):
     options.path = _choice(_PATHS, path, "path")
     options.strategy = _choice(_STRATEGIES, strategy, "strategy")
     options.page_size = _int32(page_size, "index_topk", "page_size")
+    options.key_format = _choice(_KEY_FORMATS, key_format, "key_format")
     return options
 
 
 def index_topk(q, key_cache, weights, context_lens, block_table, max_context_len, k=MAX_TOPK,
                schedule=None, topk_lens=None, *, sorted=False, physical_slots=False, path="auto",
-               strategy="auto", page_size=0, out=None, workspace=None, **execution):
+               strategy="auto", page_size=0, key_format="auto", q_block_scales=None, out=None,
+               workspace=None, **execution):
     max_context_len = _int64(max_context_len, "index_topk", "max_context_len")
-    options = _index_topk_options(k, sorted, physical_slots, path, strategy, page_size)
+    options = _index_topk_options(k, sorted, physical_slots, path, strategy, page_size, key_format)
     _check_arrays("index_topk", _scoring_inputs(q, key_cache, weights, context_lens, block_table,
-                                                schedule) + [("topk_lens", topk_lens)],
+                                                schedule, q_block_scales) + [("topk_lens", topk_lens)],
                   [("out", out), ("workspace", workspace)])
     schedule = _scoring_schedule(q, context_lens, schedule, path, execution)
     if out is None:
@@ -383,8 +433,8 @@ def index_topk(q, key_cache, weights, context_lens, block_table, max_context_len
         workspace = fw.workspace(q, nbytes)
     _core.index_topk(fw.export(q), fw.export(key_cache), fw.export(weights),
                      fw.export(context_lens), fw.export(block_table), fw.export(schedule),
-                     max_context_len, fw.export(topk_lens), fw.export(out), options, ctx,
-                     fw.export(workspace))
+                     max_context_len, fw.export(topk_lens), fw.export(out), options,
+                     fw.export(q_block_scales), ctx, fw.export(workspace))
     return out
 
 
@@ -410,7 +460,7 @@ def workspace_bytes(operation, like, *, rows=0, max_length=0, k=MAX_TOPK, sorted
         return _core.index_topk_workspace_bytes(rows, max_length, options, ctx)
     if operation == "store_index_keys":
         return _core.store_index_keys_workspace_bytes(ctx)
-    if operation == "quantize_queries":
+    if operation in ("quantize_queries", "quantize_queries_fp4"):
         return _core.quantize_queries_workspace_bytes(ctx)
     if operation == "mqa_logits":
         return _core.mqa_logits_workspace_bytes(ctx)

@@ -30,6 +30,14 @@ functions that take a cache (store_index_keys, paged_mqa_logits, index_topk) tak
 means PAGE_TOKENS (64) for a 2-D [pages, bytes] view; 32 or 64 states P (a 4-D view
 that disagrees is refused).
 
+Key format. The cache holds fp8 keys (D + 4 bytes a token) or fp4 keys (DeepSeek-V4.1's,
+DeepGEMM's FP4 indexer layout: D / 2 bytes of e2m1 codes and a word of four ue8m0 block
+scales, 68 bytes a token at D = 128). The same functions take `key_format`: "auto" (the
+default) reads it from the 4-D view's last dimension (D + 4: fp8, D / 2 + 4: fp4), or
+means "fp8" for a 2-D view; "fp8" or "fp4" states it (a 4-D view that disagrees is
+refused). fp4 queries (quantize_queries_fp4) are uint8 codes [B, next_n, H, D / 2] passed
+as q with their int32 block scales [B, next_n, H] as `q_block_scales`.
+
 Under torch.compile the functions that run an operation dispatch to the
 torch.ops.dsa_indexer custom operators, which take every argument and keyword
 above (`out=` through their `out` overloads). The host queries
@@ -66,13 +74,14 @@ def _implementation(name):
 
 
 def store_index_keys(keys, slot_mapping, cache, *, power_of_two_scales=False, page_size=0,
-                     workspace=None, **execution):
-    """Quantizes keys [N, D] (bfloat16/float32) to fp8 and writes them into `cache` at the
-    slots `slot_mapping` [N] (int32/int64; negative: skipped): slot s is row s % P of
-    page s // P (page_size: see above). Returns `cache`."""
+                     key_format="auto", workspace=None, **execution):
+    """Quantizes keys [N, D] (bfloat16/float32) to fp8 or fp4 (key_format: see above) and
+    writes them into `cache` at the slots `slot_mapping` [N] (int32/int64; negative:
+    skipped): slot s is row s % P of page s // P (page_size: see above). Returns `cache`."""
     _implementation("store_index_keys")(keys, slot_mapping, cache,
                                         power_of_two_scales=power_of_two_scales,
-                                        page_size=page_size, workspace=workspace, **execution)
+                                        page_size=page_size, key_format=key_format,
+                                        workspace=workspace, **execution)
     return cache
 
 
@@ -86,6 +95,19 @@ def quantize_queries(q, head_gate, *, power_of_two_scales=False, weight_scale=0.
                                                power_of_two_scales=power_of_two_scales,
                                                weight_scale=weight_scale, out=out,
                                                workspace=workspace, **execution)
+
+
+def quantize_queries_fp4(q, head_gate, *, weight_scale=0.0, out=None, workspace=None,
+                         **execution):
+    """Quantizes q [B, next_n, H, 128] to fp4: each block of 32 values gets a ue8m0 scale
+    (max |q| / 6 rounded up to a power of two) and e2m1 codes, two a byte (element 2i in
+    the low nibble), as fp4 keys are.
+
+    Returns (q_codes uint8 [B, next_n, H, 64], q_block_scales int32 [B, next_n, H] with
+    block b's scale byte in byte b, weights float32 [B * next_n, H] = head_gate *
+    weight_scale); `out` may give all three. weight_scale 0 means H^-0.5 * D^-0.5."""
+    return _implementation("quantize_queries_fp4")(q, head_gate, weight_scale=weight_scale,
+                                                   out=out, workspace=workspace, **execution)
 
 
 # ---------------------------------------------------------------------------
@@ -132,24 +154,29 @@ def plan_schedule(context_lens, num_workers=None, path="auto", *, out=None, work
 
 
 def paged_mqa_logits(q, key_cache, weights, context_lens, block_table, max_context_len,
-                     schedule=None, *, clean_logits=False, path="auto", page_size=0, out=None,
-                     out_dtype="float32", workspace=None, **execution):
+                     schedule=None, *, clean_logits=False, path="auto", page_size=0,
+                     key_format="auto", q_block_scales=None, out=None, out_dtype="float32",
+                     workspace=None, **execution):
     """Lightning-indexer logits [B * next_n, max_context_len] (float32 by default).
 
-    q fp8 [B, next_n, H, D]; key_cache uint8 paged cache ([pages, bytes] or DeepGEMM's
-    [pages, P, 1, D + 4]; page_size: see above); weights float32 [B * next_n, H];
+    q fp8 [B, next_n, H, D], or fp4 codes uint8 [B, next_n, H, D / 2] with
+    q_block_scales int32 [B, next_n, H]; key_cache uint8 paged cache ([pages, bytes] or
+    DeepGEMM's [pages, P, 1, W]; page_size and key_format: see above); weights float32
+    [B * next_n, H] (fp8 query scales folded in; fp4 queries carry theirs);
     context_lens int32 [B, next_n]; block_table int32 [B, max_blocks] of P-token pages
     (a strided view is fine); schedule from plan_schedule (planned now when None).
     `out` may have any row stride >= max_context_len; out_dtype "bfloat16" asks for
     bf16 logits when `out` is None."""
     return _implementation("paged_mqa_logits")(
         q, key_cache, weights, context_lens, block_table, max_context_len, schedule=schedule,
-        clean_logits=clean_logits, path=path, page_size=page_size, out=out,
-        out_dtype=out_dtype, workspace=workspace, **execution)
+        clean_logits=clean_logits, path=path, page_size=page_size, key_format=key_format,
+        q_block_scales=q_block_scales, out=out, out_dtype=out_dtype, workspace=workspace,
+        **execution)
 
 
 def mqa_logits(q, keys, key_scales, weights, ks, ke, *, clean_logits=False, compressed=False,
-               max_seqlen_k=0, out=None, out_dtype="float32", workspace=None, **execution):
+               max_seqlen_k=0, q_block_scales=None, out=None, out_dtype="float32", workspace=None,
+               **execution):
     """Prefill logits of query rows against a contiguous run of keys, row i over the keys
     [ks[i], ke[i]) (DeepGEMM's fp8_mqa_logits):
 
@@ -162,11 +189,15 @@ def mqa_logits(q, keys, key_scales, weights, ks, ke, *, clean_logits=False, comp
     clean_logits the columns a row does not score hold -inf, otherwise unspecified values.
     `out` may have any row stride >= its width (columns past it are never written);
     out_dtype "bfloat16" asks for bf16 logits when `out` is None. The full output feeds
-    topk(logits, ke - ks, k, row_starts=ks, position_offsets=ks)."""
+    topk(logits, ke - ks, k, row_starts=ks, position_offsets=ks).
+
+    fp4 (D = 128): q may be packed codes uint8 [S, H, 64] with q_block_scales int32 [S, H],
+    and keys packed codes uint8 [S_kv, 64] with key_scales int32 [S_kv] (the scale words;
+    see "Key format" above)."""
     return _implementation("mqa_logits")(
         q, keys, key_scales, weights, ks, ke, clean_logits=clean_logits, compressed=compressed,
-        max_seqlen_k=max_seqlen_k, out=out, out_dtype=out_dtype, workspace=workspace,
-        **execution)
+        max_seqlen_k=max_seqlen_k, q_block_scales=q_block_scales, out=out, out_dtype=out_dtype,
+        workspace=workspace, **execution)
 
 
 def topk(logits, lengths, k, *, sorted=False, row_starts=None, position_offsets=None,
@@ -196,15 +227,16 @@ def topk(logits, lengths, k, *, sorted=False, row_starts=None, position_offsets=
 
 def index_topk(q, key_cache, weights, context_lens, block_table, max_context_len, k=MAX_TOPK,
                schedule=None, topk_lens=None, *, sorted=False, physical_slots=False, path="auto",
-               strategy="auto", page_size=0, out=None, workspace=None, **execution):
+               strategy="auto", page_size=0, key_format="auto", q_block_scales=None, out=None,
+               workspace=None, **execution):
     """topk(paged_mqa_logits(...), topk_lens, k) without materializing the logits.
 
     topk_lens int32 [B * next_n] (None: the context lengths, the causal convention;
     with expanded lengths pass the causal ones). Returns int32 [B * next_n, k]; with
     physical_slots, cache slots block_table[b, p // P] * P + p % P of the cache's page
-    size P (page_size: see above)."""
+    size P (page_size, key_format and fp4 queries: see above and paged_mqa_logits)."""
     return _implementation("index_topk")(
         q, key_cache, weights, context_lens, block_table, max_context_len, k=k,
         schedule=schedule, topk_lens=topk_lens, sorted=sorted, physical_slots=physical_slots,
-        path=path, strategy=strategy, page_size=page_size, out=out, workspace=workspace,
-        **execution)
+        path=path, strategy=strategy, page_size=page_size, key_format=key_format,
+        q_block_scales=q_block_scales, out=out, workspace=workspace, **execution)

@@ -35,7 +35,7 @@ _TYPES = {
     **dict.fromkeys(("keys", "slot_mapping", "q", "head_gate", "lens", "context_lens",
                      "key_cache", "weights", "block_table", "schedule", "topk_lens", "logits",
                      "lengths", "row_starts", "position_offsets", "request_offsets", "key_scales",
-                     "ks", "ke"), "Tensor"),
+                     "ks", "ke", "q_block_scales"), "Tensor"),
     "cache": "Tensor(c!)",
     "workspace": "Tensor(w!)",
     **dict.fromkeys(("next_n", "num_workers", "max_context_len", "k", "rows_per_request",
@@ -43,7 +43,7 @@ _TYPES = {
     "weight_scale": "float",
     **dict.fromkeys(("power_of_two_scales", "clean_logits", "sorted", "physical_slots",
                      "reference_float64", "check_device_errors", "compressed"), "bool"),
-    **dict.fromkeys(("convention", "path", "out_dtype", "strategy", "backend"), "str"),
+    **dict.fromkeys(("convention", "path", "out_dtype", "strategy", "backend", "key_format"), "str"),
 }
 
 
@@ -113,6 +113,9 @@ else:
     def _quantized_fake(q, **_):
         return _eager.new_quantized(q)
 
+    def _quantized_fp4_fake(q, **_):
+        return _eager.new_quantized_fp4(q)
+
     def _context_lens_fake(lens, next_n, **_):
         return _eager.new_context_lens(lens, next_n)
 
@@ -136,6 +139,8 @@ else:
     store_index_keys = _define("store_index_keys", "()", lambda **_: None)
     quantize_queries = _define("quantize_queries", "(Tensor, Tensor)", _quantized_fake,
                                output="Tensor(o!)[]")
+    quantize_queries_fp4 = _define("quantize_queries_fp4", "(Tensor, Tensor, Tensor)",
+                                   _quantized_fp4_fake, output="Tensor(o!)[]")
     context_lens = _define("context_lens", "Tensor", _context_lens_fake, output="Tensor(o!)")
     plan_schedule = _define("plan_schedule", "Tensor", _schedule_fake, output="Tensor(o!)")
     paged_mqa_logits = _define("paged_mqa_logits", "Tensor", _logits_fake, output="Tensor(o!)")

@@ -47,6 +47,10 @@ void bind_enums(nb::module_& m) {
       .value("automatic", IndexTopkStrategy::automatic)
       .value("fused", IndexTopkStrategy::fused)
       .value("logits_then_topk", IndexTopkStrategy::logits_then_topk);
+  nb::enum_<KeyFormat>(m, "KeyFormat")
+      .value("automatic", KeyFormat::automatic)
+      .value("fp8_e4m3", KeyFormat::fp8_e4m3)
+      .value("fp4_e2m1", KeyFormat::fp4_e2m1);
   nb::enum_<DeviceType>(m, "DeviceType")
       .value("cpu", DeviceType::cpu)
       .value("cuda", DeviceType::cuda);
@@ -118,7 +122,7 @@ void bind_store_and_quantize(nb::module_& m) {
   m.def(
       "store_index_keys",
       [](const InputArray& keys, const InputArray& slot_mapping, const OutputArray& cache,
-         bool power_of_two_scales, int page_size, const ExecContext& ctx,
+         bool power_of_two_scales, int page_size, KeyFormat key_format, const ExecContext& ctx,
          const OptionalOutput& workspace) {
         const TensorView keys_view = to_view(keys, "store_index_keys: keys");
         const TensorView slots_view = to_view(slot_mapping, "store_index_keys: slot_mapping");
@@ -126,13 +130,14 @@ void bind_store_and_quantize(nb::module_& m) {
         StoreKeysOptions options;
         options.power_of_two_scales = power_of_two_scales;
         options.page_size = page_size;
+        options.key_format = key_format;
         const ExecContext call_ctx = with_workspace(ctx, workspace);
         run_released([&] {
           return store_index_keys(keys_view, slots_view, cache_view, options, call_ctx);
         });
       },
-      "keys"_a, "slot_mapping"_a, "cache"_a, "power_of_two_scales"_a, "page_size"_a, "ctx"_a,
-      "workspace"_a.none());
+      "keys"_a, "slot_mapping"_a, "cache"_a, "power_of_two_scales"_a, "page_size"_a, "key_format"_a,
+      "ctx"_a, "workspace"_a.none());
   m.def("store_index_keys_workspace_bytes", &store_index_keys_workspace_bytes, "ctx"_a);
 
   m.def(
@@ -155,6 +160,26 @@ void bind_store_and_quantize(nb::module_& m) {
       },
       "q"_a, "head_gate"_a, "q_fp8"_a, "weights"_a, "power_of_two_scales"_a, "weight_scale"_a,
       "ctx"_a, "workspace"_a.none());
+  m.def(
+      "quantize_queries_fp4",
+      [](const InputArray& q, const InputArray& head_gate, const OutputArray& q_codes,
+         const OutputArray& q_block_scales, const OutputArray& weights, float weight_scale,
+         const ExecContext& ctx, const OptionalOutput& workspace) {
+        const TensorView q_view = to_view(q, "quantize_queries_fp4: q");
+        const TensorView gate_view = to_view(head_gate, "quantize_queries_fp4: head_gate");
+        const TensorView codes_view = to_view(q_codes, "quantize_queries_fp4: q_codes");
+        const TensorView scales_view = to_view(q_block_scales, "quantize_queries_fp4: q_block_scales");
+        const TensorView weights_view = to_view(weights, "quantize_queries_fp4: weights");
+        QuantizeQueriesOptions options;
+        options.weight_scale = weight_scale;
+        const ExecContext call_ctx = with_workspace(ctx, workspace);
+        run_released([&] {
+          return quantize_queries_fp4(q_view, gate_view, codes_view, scales_view, weights_view, options,
+                                      call_ctx);
+        });
+      },
+      "q"_a, "head_gate"_a, "q_codes"_a, "q_block_scales"_a, "weights"_a, "weight_scale"_a, "ctx"_a,
+      "workspace"_a.none());
   m.def("quantize_queries_workspace_bytes", &quantize_queries_workspace_bytes, "ctx"_a);
 }
 
@@ -192,15 +217,19 @@ void bind_lengths_and_schedule(nb::module_& m) {
       "context_lens"_a, "num_workers"_a, "path"_a, "schedule"_a, "ctx"_a, "workspace"_a.none());
 }
 
-// The scoring inputs paged_mqa_logits and index_topk share, as views.
+// The scoring inputs paged_mqa_logits and index_topk share, as views. q is
+// fp8 (a uint8 array: its bytes), or packed fp4 codes when q_block_scales is given.
 struct ScoringViews {
-  TensorView q, key_cache, weights, context_lens, block_table, schedule;
+  TensorView q, key_cache, weights, context_lens, block_table, schedule, q_block_scales;
 
   ScoringViews(const char* op, const InputArray& q_array, const InputArray& cache_array,
                const InputArray& weights_array, const InputArray& lens_array,
-               const InputArray& table_array, const InputArray& schedule_array) {
+               const InputArray& table_array, const InputArray& schedule_array,
+               const OptionalInput& scales_array) {
     const std::string prefix = std::string(op) + ": ";
-    q = to_view(q_array, (prefix + "q").c_str(), Uint8Meaning::float8_e4m3);
+    q_block_scales = to_view(scales_array, (prefix + "q_block_scales").c_str());
+    q = to_view(q_array, (prefix + "q").c_str(),
+                q_block_scales.empty() ? Uint8Meaning::float8_e4m3 : Uint8Meaning::bytes);
     key_cache = to_view(cache_array, (prefix + "key_cache").c_str());
     weights = to_view(weights_array, (prefix + "weights").c_str());
     context_lens = to_view(lens_array, (prefix + "context_lens").c_str());
@@ -217,22 +246,25 @@ void bind_scoring(nb::module_& m) {
       .def_rw("physical_slots", &IndexTopkOptions::physical_slots)
       .def_rw("path", &IndexTopkOptions::path)
       .def_rw("strategy", &IndexTopkOptions::strategy)
-      .def_rw("page_size", &IndexTopkOptions::page_size);
+      .def_rw("page_size", &IndexTopkOptions::page_size)
+      .def_rw("key_format", &IndexTopkOptions::key_format);
 
   m.def(
       "paged_mqa_logits",
       [](const InputArray& q, const InputArray& key_cache, const InputArray& weights,
          const InputArray& context_lens, const InputArray& block_table,
          const InputArray& schedule, std::int64_t max_context_len, const OutputArray& logits,
-         bool clean_logits, LogitsPath path, int page_size, const ExecContext& ctx,
-         const OptionalOutput& workspace) {
+         bool clean_logits, LogitsPath path, int page_size, KeyFormat key_format,
+         const OptionalInput& q_block_scales, const ExecContext& ctx, const OptionalOutput& workspace) {
         const ScoringViews in("paged_mqa_logits", q, key_cache, weights, context_lens,
-                              block_table, schedule);
+                              block_table, schedule, q_block_scales);
         const TensorView logits_view = to_view(logits, "paged_mqa_logits: logits");
         LogitsOptions options;
         options.clean_logits = clean_logits;
         options.path = path;
         options.page_size = page_size;
+        options.key_format = key_format;
+        options.q_block_scales = in.q_block_scales;
         const ExecContext call_ctx = with_workspace(ctx, workspace);
         run_released([&] {
           return paged_mqa_logits(in.q, in.key_cache, in.weights, in.context_lens,
@@ -241,8 +273,8 @@ void bind_scoring(nb::module_& m) {
         });
       },
       "q"_a, "key_cache"_a, "weights"_a, "context_lens"_a, "block_table"_a, "schedule"_a,
-      "max_context_len"_a, "logits"_a, "clean_logits"_a, "path"_a, "page_size"_a, "ctx"_a,
-      "workspace"_a.none());
+      "max_context_len"_a, "logits"_a, "clean_logits"_a, "path"_a, "page_size"_a, "key_format"_a,
+      "q_block_scales"_a.none(), "ctx"_a, "workspace"_a.none());
   m.def("paged_mqa_logits_workspace_bytes", &paged_mqa_logits_workspace_bytes, "ctx"_a);
 
   m.def(
@@ -250,11 +282,17 @@ void bind_scoring(nb::module_& m) {
       [](const InputArray& q, const InputArray& keys, const InputArray& key_scales,
          const InputArray& weights, const InputArray& ks, const InputArray& ke,
          const OutputArray& logits, bool clean_logits, bool compressed,
-         std::int64_t max_seqlen_k, const ExecContext& ctx, const OptionalOutput& workspace) {
-        const TensorView q_view = to_view(q, "mqa_logits: q", Uint8Meaning::float8_e4m3);
-        const TensorView keys_view =
-            to_view(keys, "mqa_logits: keys", Uint8Meaning::float8_e4m3);
+         std::int64_t max_seqlen_k, const OptionalInput& q_block_scales, const ExecContext& ctx,
+         const OptionalOutput& workspace) {
+        // uint8 arrays are fp8 bytes, or packed fp4 codes when their scales say so:
+        // q_block_scales for q, int32 key_scales (scale words) for keys.
+        const TensorView q_scales_view = to_view(q_block_scales, "mqa_logits: q_block_scales");
+        const TensorView q_view = to_view(
+            q, "mqa_logits: q", q_scales_view.empty() ? Uint8Meaning::float8_e4m3 : Uint8Meaning::bytes);
         const TensorView scales_view = to_view(key_scales, "mqa_logits: key_scales");
+        const TensorView keys_view = to_view(
+            keys, "mqa_logits: keys",
+            scales_view.dtype == DType::int32 ? Uint8Meaning::bytes : Uint8Meaning::float8_e4m3);
         const TensorView weights_view = to_view(weights, "mqa_logits: weights");
         const TensorView ks_view = to_view(ks, "mqa_logits: ks");
         const TensorView ke_view = to_view(ke, "mqa_logits: ke");
@@ -263,6 +301,7 @@ void bind_scoring(nb::module_& m) {
         options.clean_logits = clean_logits;
         options.compressed = compressed;
         options.max_seqlen_k = max_seqlen_k;
+        options.q_block_scales = q_scales_view;
         const ExecContext call_ctx = with_workspace(ctx, workspace);
         run_released([&] {
           return mqa_logits(q_view, keys_view, scales_view, weights_view, ks_view, ke_view,
@@ -270,7 +309,8 @@ void bind_scoring(nb::module_& m) {
         });
       },
       "q"_a, "keys"_a, "key_scales"_a, "weights"_a, "ks"_a, "ke"_a, "logits"_a,
-      "clean_logits"_a, "compressed"_a, "max_seqlen_k"_a, "ctx"_a, "workspace"_a.none());
+      "clean_logits"_a, "compressed"_a, "max_seqlen_k"_a, "q_block_scales"_a.none(), "ctx"_a,
+      "workspace"_a.none());
   m.def("mqa_logits_workspace_bytes", &mqa_logits_workspace_bytes, "ctx"_a);
   m.def(
       "plan_mqa_logits_chunks",
@@ -323,22 +363,24 @@ void bind_scoring(nb::module_& m) {
       [](const InputArray& q, const InputArray& key_cache, const InputArray& weights,
          const InputArray& context_lens, const InputArray& block_table,
          const InputArray& schedule, std::int64_t max_context_len, const OptionalInput& topk_lens,
-         const OutputArray& indices, const IndexTopkOptions& options, const ExecContext& ctx,
-         const OptionalOutput& workspace) {
+         const OutputArray& indices, const IndexTopkOptions& options, const OptionalInput& q_block_scales,
+         const ExecContext& ctx, const OptionalOutput& workspace) {
         const ScoringViews in("index_topk", q, key_cache, weights, context_lens, block_table,
-                              schedule);
+                              schedule, q_block_scales);
+        IndexTopkOptions call_options = options;
+        call_options.q_block_scales = in.q_block_scales;
         const TensorView topk_lens_view = to_view(topk_lens, "index_topk: topk_lens");
         const TensorView indices_view = to_view(indices, "index_topk: indices");
         const ExecContext call_ctx = with_workspace(ctx, workspace);
         run_released([&] {
           return index_topk(in.q, in.key_cache, in.weights, in.context_lens, in.block_table,
-                            in.schedule, max_context_len, topk_lens_view, indices_view, options,
+                            in.schedule, max_context_len, topk_lens_view, indices_view, call_options,
                             call_ctx);
         });
       },
       "q"_a, "key_cache"_a, "weights"_a, "context_lens"_a, "block_table"_a, "schedule"_a,
-      "max_context_len"_a, "topk_lens"_a.none(), "indices"_a, "options"_a, "ctx"_a,
-      "workspace"_a.none());
+      "max_context_len"_a, "topk_lens"_a.none(), "indices"_a, "options"_a, "q_block_scales"_a.none(),
+      "ctx"_a, "workspace"_a.none());
   m.def("index_topk_workspace_bytes", &index_topk_workspace_bytes, "rows"_a,
         "max_context_len"_a, "options"_a, "ctx"_a);
 

@@ -1,29 +1,38 @@
 // The one place where bytes of the paged index-key cache are interpreted
-// (layout documented in include/dsa/cache.hpp), for either page size.
+// (layout documented in include/dsa/cache.hpp), for either page size and
+// either key format.
 #pragma once
 
 #include <cstdint>
 
 #include "common/hostdevice.hpp"
+#include "common/number_formats.hpp"
 #include "common/problem.hpp"
 #include "dsa/cache.hpp"
 
 namespace dsa::detail {
 
 // The byte offsets of the cache's pages.
-DSA_HD KeyCacheLayout page_layout(const CacheRef& cache) { return {cache.head_dim, cache.page_tokens}; }
+DSA_HD KeyCacheLayout page_layout(const CacheRef& cache) {
+  return {cache.head_dim, cache.page_tokens, cache.format};
+}
 
 DSA_HD std::uint8_t* cache_page(const CacheRef& cache, std::int64_t page) {
   return cache.base + page * cache.page_stride;
 }
-// fp8 key bytes of `row` (0..P-1) in a page: every row's keys start at the
-// page start, `head_dim` bytes apart.
+// Key code bytes of `row` (0..P-1) in a page: every row's codes start at the
+// page start, D (fp8) or D / 2 (fp4) bytes apart.
 DSA_HD std::uint8_t* page_keys(const CacheRef& cache, std::uint8_t* page, int row) {
   return page + page_layout(cache).key_offset(row);
 }
-// The fp32 scales of a page's P rows (P consecutive floats after the keys).
+// fp8 caches: the fp32 scales of a page's P rows (P consecutive floats after the keys).
 DSA_HD float* page_scales(const CacheRef& cache, std::uint8_t* page) {
   return reinterpret_cast<float*>(page + page_layout(cache).scale_offset(0));
+}
+// fp4 caches: the packed ue8m0 block-scale words of a page's P rows (P
+// consecutive 32-bit words after the codes).
+DSA_HD std::uint32_t* page_scale_words(const CacheRef& cache, std::uint8_t* page) {
+  return reinterpret_cast<std::uint32_t*>(page + page_layout(cache).scale_offset(0));
 }
 
 // Slots of the whole cache: num_pages * P.

@@ -1,6 +1,7 @@
 // Bit-exact conversions between float32 and the narrow formats the library
-// stores (fp8 e4m3fn, bfloat16), shared by the CPU and CUDA backends so that
-// both quantize identically. Rounding is to nearest, ties to even.
+// stores (fp8 e4m3fn, bfloat16, fp4 e2m1 with ue8m0 block scales), shared by
+// the CPU and CUDA backends so that both quantize identically. Rounding is to
+// nearest, ties to even, except for e2m1 (see float_to_e2m1).
 #pragma once
 
 #include <cmath>
@@ -88,6 +89,65 @@ DSA_HD float quantization_scale(float amax, bool power_of_two) {
     scale = fraction == 0.5f ? scale : ldexpf(1.0f, e);
   }
   return scale;
+}
+
+// fp4 e2m1: bit 3 the sign, bits 2..1 the exponent (bias 1), bit 0 the
+// mantissa; magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6; no infinities or NaN.
+DSA_HD float e2m1_to_float(std::uint8_t code) {
+  const int exponent = (code >> 1) & 0x3;
+  const float mantissa = static_cast<float>(code & 0x1) * 0.5f;
+  const float magnitude = exponent == 0 ? mantissa : (1.0f + mantissa) * static_cast<float>(1 << (exponent - 1));
+  return (code & 0x8) ? -magnitude : magnitude;
+}
+
+// The e2m1 code nearest x, saturated at +-6. A value halfway between two
+// codes takes the smaller magnitude, and a value that rounds to zero takes
+// code 0 whatever its sign (never the negative zero 0x8); NaN gives 0. The
+// code of a magnitude is the number of midpoints below it; the sign is
+// selected with masks, without branches, so that loops of it vectorize.
+DSA_HD std::uint8_t float_to_e2m1(float x) {
+  const float magnitude = fabsf(x);
+  const std::uint32_t code = static_cast<std::uint32_t>(magnitude > 0.25f) + (magnitude > 0.75f) +
+                             (magnitude > 1.25f) + (magnitude > 1.75f) + (magnitude > 2.5f) +
+                             (magnitude > 3.5f) + (magnitude > 5.0f);
+  const std::uint32_t negative = mask_if(x < 0.0f) & mask_if(code != 0);
+  return static_cast<std::uint8_t>(code | (0x8u & negative));
+}
+
+// ue8m0: an unsigned byte e standing for 2^(e - 127) (a float's exponent
+// field alone; 0 is 2^-127, a subnormal float, and 255 is infinity).
+DSA_HD float ue8m0_to_float(std::uint8_t e) {
+  return e == 0 ? bits_float(0x00400000u) : bits_float(static_cast<std::uint32_t>(e) << 23);
+}
+
+// Elements sharing one ue8m0 scale in the fp4 formats (keys and queries).
+inline constexpr int kFp4BlockElements = 32;
+// The largest e2m1 magnitude.
+inline constexpr float kE2m1Max = 6.0f;
+
+// The ue8m0 scale of an fp4 block whose largest magnitude is `amax`:
+// max(amax, 1e-4) / 6 rounded up to a power of two, as its exponent field
+// (the quotient of two floats is above a power of two exactly when the real
+// quotient is, so rounding the float quotient up is rounding the real one).
+DSA_HD std::uint8_t fp4_block_scale(float amax) {
+  const float clamped = amax > 1e-4f ? amax : 1e-4f;
+  const std::uint32_t bits = float_bits(clamped / kE2m1Max);
+  const std::uint32_t exponent = (bits >> 23) & 0xFFu;
+  return static_cast<std::uint8_t>(exponent + ((bits & 0x7FFFFFu) != 0 && exponent < 0xFFu));
+}
+
+// A packed fp4 vector (cache keys and fp4 queries alike): element 2i in the
+// low nibble of byte i, element 2i + 1 in its high nibble; block b's ue8m0
+// scale in byte b of a 32-bit word (block 0 in the lowest byte). Element d
+// is e2m1(code) * 2^(e_b - 127), exact in float32 (two significant bits).
+DSA_HD std::uint8_t fp4_code(const std::uint8_t* codes, int d) {
+  return static_cast<std::uint8_t>((codes[d / 2] >> (4 * (d % 2))) & 0xF);
+}
+DSA_HD float fp4_block_scale_value(std::uint32_t scale_word, int block) {
+  return ue8m0_to_float(static_cast<std::uint8_t>(scale_word >> (8 * block)));
+}
+DSA_HD float fp4_element(const std::uint8_t* codes, std::uint32_t scale_word, int d) {
+  return e2m1_to_float(fp4_code(codes, d)) * fp4_block_scale_value(scale_word, d / kFp4BlockElements);
 }
 
 }  // namespace dsa::detail

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "dsa/cache.hpp"
 #include "dsa/context.hpp"
 #include "dsa/schedule.hpp"
 #include "dsa/tensor.hpp"
@@ -19,6 +20,7 @@ struct CacheRef {
   std::int64_t num_pages = 0;
   int head_dim = 0;
   int page_tokens = 0;  // P: 32 or 64
+  KeyFormat format = KeyFormat::fp8_e4m3;  // resolved: fp8_e4m3 or fp4_e2m1
 };
 
 struct StoreKeysProblem {
@@ -45,12 +47,19 @@ struct QuantizeQueriesProblem {
   const void* gate = nullptr;  // [B * next_n, H]
   DType gate_dtype = DType::float32;
   std::int64_t gate_stride_row = 0, gate_stride_h = 0;
-  std::uint8_t* q_fp8 = nullptr;  // [B, next_n, H, D]
-  std::int64_t q_fp8_stride_b = 0, q_fp8_stride_n = 0, q_fp8_stride_h = 0;
+  // fp8 codes [B, next_n, H, D], or with fp4 packed e2m1 codes [B, next_n, H, D / 2]
+  std::uint8_t* q_codes = nullptr;
+  std::int64_t q_codes_stride_b = 0, q_codes_stride_n = 0, q_codes_stride_h = 0;
+  // fp4 only: the packed ue8m0 block scales [B, next_n, H]; nullptr for fp8.
+  std::int32_t* q_block_scales = nullptr;
+  std::int64_t q_scales_stride_b = 0, q_scales_stride_n = 0, q_scales_stride_h = 0;
   float* weights = nullptr;  // [B * next_n, H]
   std::int64_t weights_stride_row = 0;
   bool power_of_two_scales = false;
   float weight_scale = 1.0f;  // resolved (never 0)
+
+  // constexpr: the CUDA kernels call it too.
+  constexpr bool fp4() const { return q_block_scales != nullptr; }
 };
 
 enum class LengthConvention { causal, expanded, legacy };
@@ -86,8 +95,12 @@ struct LogitsProblem {
   Device device;
   std::int64_t batch = 0, next_n = 1, heads = 0;
   int head_dim = 0;
-  const std::uint8_t* q = nullptr;  // fp8 [B, next_n, H, D]
+  // fp8 [B, next_n, H, D], or fp4 packed codes [B, next_n, H, D / 2] (bytes)
+  const std::uint8_t* q = nullptr;
   std::int64_t q_stride_b = 0, q_stride_n = 0, q_stride_h = 0;
+  // fp4 queries only: packed ue8m0 block scales [B, next_n, H]; nullptr for fp8 queries.
+  const std::uint32_t* q_scales = nullptr;
+  std::int64_t q_scales_stride_b = 0, q_scales_stride_n = 0, q_scales_stride_h = 0;
   CacheRef cache;
   const float* weights = nullptr;  // [B * next_n, H]
   std::int64_t weights_stride_row = 0;
@@ -104,6 +117,9 @@ struct LogitsProblem {
   bool clean_logits = false;
 
   std::int64_t rows() const { return batch * next_n; }
+  // constexpr: the CUDA kernels call them too.
+  constexpr bool fp4_queries() const { return q_scales != nullptr; }
+  constexpr bool fp4_keys() const { return cache.format == KeyFormat::fp4_e2m1; }
   // Rows one schedule unit scores together: a request's next_n rows on the
   // native path, one row on the per-token path.
   int rows_per_unit() const { return path == LogitsPath::per_token ? 1 : static_cast<int>(next_n); }
@@ -115,11 +131,16 @@ struct MqaLogitsProblem {
   Device device;
   std::int64_t rows = 0, heads = 0, num_keys = 0;  // S, H, S_kv
   int head_dim = 0;
-  const std::uint8_t* q = nullptr;  // fp8 [S, H, D]
+  const std::uint8_t* q = nullptr;  // fp8 [S, H, D], or fp4 packed codes [S, H, D / 2] (bytes)
   std::int64_t q_stride_row = 0, q_stride_h = 0;
-  const std::uint8_t* keys = nullptr;  // fp8 [S_kv, D]
+  // fp4 queries only: packed ue8m0 block scales [S, H]; nullptr for fp8 queries.
+  const std::uint32_t* q_scales = nullptr;
+  std::int64_t q_scales_stride_row = 0, q_scales_stride_h = 0;
+  const std::uint8_t* keys = nullptr;  // fp8 [S_kv, D], or fp4 packed codes [S_kv, D / 2] (bytes)
   std::int64_t keys_stride = 0;
-  const float* key_scales = nullptr;  // [S_kv]
+  // One of the two: fp32 scales of fp8 keys, or the scale words of fp4 keys [S_kv].
+  const float* key_scales = nullptr;
+  const std::uint32_t* key_scale_words = nullptr;
   std::int64_t key_scales_stride = 0;
   const float* weights = nullptr;  // [S, H]
   std::int64_t weights_stride_row = 0;
@@ -137,6 +158,8 @@ struct MqaLogitsProblem {
   // The defined columns of every row: S_kv, or max_seqlen_k when compressed
   // (constexpr: the CUDA kernels call it too).
   constexpr std::int64_t width() const { return compressed ? max_seqlen_k : num_keys; }
+  constexpr bool fp4_queries() const { return q_scales != nullptr; }
+  constexpr bool fp4_keys() const { return key_scale_words != nullptr; }
 };
 
 struct TopkProblem {

@@ -33,12 +33,25 @@ struct E4m3Tables {
 void decode_fp8_heads(const E4m3Tables& tables, const std::uint8_t* fp8, std::int64_t stride, std::int64_t heads,
                       int head_dim, float* out);
 
+// Writes `heads` packed fp4 vectors of head_dim values (codes `stride` bytes
+// apart from `codes`, scale words `scales_stride` words apart from
+// `scale_words`) to out[heads][head_dim], block scales applied (exact).
+void decode_fp4_heads(const std::uint8_t* codes, std::int64_t stride, const std::uint32_t* scale_words,
+                      std::int64_t scales_stride, std::int64_t heads, int head_dim, float* out);
+
 // The same values as bf16 pairs (score_block.hpp), out[i] from values[2i], values[2i + 1].
 void to_bf16_pairs(const std::vector<float>& values, std::vector<std::uint32_t>* out);
 
 // Fills block->pairs from kBlockKeys fp8 keys of head_dim bytes (nullptr: a
 // padding lane, zero); the scales are the caller's.
 void pack_key_block(const E4m3Tables& tables, int head_dim, const std::uint8_t* const* keys, KeyBlock* block);
+
+// Fills block->pairs from kBlockKeys fp4 keys (packed codes and scale words;
+// nullptr codes: a padding lane, zero), each element's block scale folded
+// into its value (exact in bf16: an e2m1 value has two significant bits);
+// the scales, 1 for every real lane, are the caller's.
+void pack_fp4_key_block(int head_dim, const std::uint8_t* const* codes, const std::uint32_t* scale_words,
+                        KeyBlock* block);
 
 // logit = sum_h weights[h] * max(0, scale * sum_d query[h][d] * key[d]),
 // accumulated in Acc (float, or double for the float64 reference) in a fixed
@@ -66,17 +79,23 @@ inline void score_block(std::int64_t heads, int head_dim, const float* query, co
                   out);
 }
 
-// Dequantizes the fp8 queries and paged keys of one scoring problem and
+// Dequantizes the queries and paged keys of one scoring problem and
 // evaluates logit = sum_h w[h] * max(0, scale * sum_d q[h, d] * key[d]).
+// fp4 values are decoded with their block scales folded in (a power of two
+// times an e2m1 value, exact in float32), so fp4 keys are scored as keys of
+// scale 1 and every product stays exact: the same arithmetic serves every
+// combination of fp8 and fp4 queries and keys.
 class Scorer {
  public:
   explicit Scorer(const LogitsProblem& problem) : p_(problem) {}
 
   const LogitsProblem& problem() const { return p_; }
   std::int64_t query_floats() const { return p_.heads * p_.head_dim; }
-  // Writes the H * D dequantized fp8 values of row (b, j) to `out`.
+  // Writes the H * D dequantized values of row (b, j) to `out`.
   void decode_query(std::int64_t b, std::int64_t j, float* out) const;
-  // Writes the D fp8 values of request b's key at `position` to `out`; returns its scale.
+  // Writes the D values of request b's key at `position` to `out` (fp8
+  // codes, or fp4 values with their block scales); returns the key's scale
+  // (fp8) or 1 (fp4).
   float decode_key(std::int64_t b, std::int64_t position, float* out) const;
   const float* weights_row(std::int64_t row) const { return p_.weights + row * p_.weights_stride_row; }
 
@@ -97,8 +116,14 @@ class Scorer {
   }
 
  private:
-  // The fp8 bytes of request b's key at `position`; its scale into *scale.
-  const std::uint8_t* key_bytes(std::int64_t b, std::int64_t position, float* scale) const;
+  // Request b's key at `position`: its code bytes, and its fp32 scale (fp8
+  // keys) or its scale word (fp4 keys).
+  struct KeyRef {
+    const std::uint8_t* codes;
+    float scale;
+    std::uint32_t scale_word;
+  };
+  KeyRef key_at(std::int64_t b, std::int64_t position) const;
 
   const LogitsProblem& p_;
   E4m3Tables tables_;

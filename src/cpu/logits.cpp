@@ -26,6 +26,15 @@ void decode_fp8_heads(const E4m3Tables& tables, const std::uint8_t* fp8, std::in
   }
 }
 
+void decode_fp4_heads(const std::uint8_t* codes, std::int64_t stride, const std::uint32_t* scale_words,
+                      std::int64_t scales_stride, std::int64_t heads, int head_dim, float* out) {
+  for (std::int64_t h = 0; h < heads; ++h) {
+    for (int d = 0; d < head_dim; ++d) {
+      out[h * head_dim + d] = fp4_element(codes + h * stride, scale_words[h * scales_stride], d);
+    }
+  }
+}
+
 void to_bf16_pairs(const std::vector<float>& values, std::vector<std::uint32_t>* out) {
   out->resize(values.size() / 2);
   for (std::size_t w = 0; w < out->size(); ++w) (*out)[w] = bf16_pair(values[2 * w], values[2 * w + 1]);
@@ -45,32 +54,82 @@ void pack_key_block(const E4m3Tables& tables, int head_dim, const std::uint8_t* 
   }
 }
 
-void Scorer::decode_query(std::int64_t b, std::int64_t j, float* out) const {
-  decode_fp8_heads(tables_, p_.q + b * p_.q_stride_b + j * p_.q_stride_n, p_.q_stride_h, p_.heads, p_.head_dim, out);
+void pack_fp4_key_block(int head_dim, const std::uint8_t* const* codes, const std::uint32_t* scale_words,
+                        KeyBlock* block) {
+  constexpr int kMaxBlocks = kFp4HeadDim / kFp4BlockElements;
+  const int words = head_dim / 2;  // one code byte per bf16 pair
+  const int blocks = head_dim / kFp4BlockElements;
+  // Per lane and block, the bf16 bits of every code's value at the block's
+  // scale: each code byte then costs two lookups.
+  std::array<std::array<std::uint16_t, 16>, kBlockKeys * kMaxBlocks> values{};
+  for (int i = 0; i < kBlockKeys; ++i) {
+    if (codes[i] == nullptr) continue;  // padding lane: zero
+    for (int b = 0; b < blocks; ++b) {
+      const float scale = fp4_block_scale_value(scale_words[i], b);
+      for (int code = 0; code < 16; ++code) {
+        values[static_cast<std::size_t>(i * kMaxBlocks + b)][static_cast<std::size_t>(code)] =
+            static_cast<std::uint16_t>(float_bits(e2m1_to_float(static_cast<std::uint8_t>(code)) * scale) >> 16);
+      }
+    }
+  }
+  block->pairs.resize(static_cast<std::size_t>(words) * kBlockKeys);
+  std::uint32_t* pairs = block->pairs.data();
+  for (int w = 0; w < words; ++w) {
+    const int b = w * 2 / kFp4BlockElements;
+    for (int i = 0; i < kBlockKeys; ++i) {
+      const std::uint8_t byte = codes[i] == nullptr ? 0 : codes[i][w];
+      const auto& table = values[static_cast<std::size_t>(i * kMaxBlocks + b)];
+      pairs[w * kBlockKeys + i] = table[byte & 0xF] | (std::uint32_t{table[byte >> 4]} << 16);
+    }
+  }
 }
 
-const std::uint8_t* Scorer::key_bytes(std::int64_t b, std::int64_t position, float* scale) const {
+void Scorer::decode_query(std::int64_t b, std::int64_t j, float* out) const {
+  const std::uint8_t* q = p_.q + b * p_.q_stride_b + j * p_.q_stride_n;
+  if (!p_.fp4_queries()) {
+    decode_fp8_heads(tables_, q, p_.q_stride_h, p_.heads, p_.head_dim, out);
+    return;
+  }
+  decode_fp4_heads(q, p_.q_stride_h, p_.q_scales + b * p_.q_scales_stride_b + j * p_.q_scales_stride_n,
+                   p_.q_scales_stride_h, p_.heads, p_.head_dim, out);
+}
+
+Scorer::KeyRef Scorer::key_at(std::int64_t b, std::int64_t position) const {
   const CacheRow at = position_row(p_.block_table + b * p_.block_table_stride, position, p_.cache.page_tokens);
   std::uint8_t* page = cache_page(p_.cache, at.page);
-  *scale = page_scales(p_.cache, page)[at.row];
-  return page_keys(p_.cache, page, at.row);
+  if (p_.fp4_keys()) return {page_keys(p_.cache, page, at.row), 1.0f, page_scale_words(p_.cache, page)[at.row]};
+  return {page_keys(p_.cache, page, at.row), page_scales(p_.cache, page)[at.row], 0u};
 }
 
 float Scorer::decode_key(std::int64_t b, std::int64_t position, float* out) const {
-  float scale = 0.0f;
-  const std::uint8_t* key = key_bytes(b, position, &scale);
-  decode_fp8_heads(tables_, key, 0, 1, p_.head_dim, out);
-  return scale;
+  const KeyRef key = key_at(b, position);
+  if (p_.fp4_keys()) {
+    decode_fp4_heads(key.codes, 0, &key.scale_word, 0, 1, p_.head_dim, out);
+  } else {
+    decode_fp8_heads(tables_, key.codes, 0, 1, p_.head_dim, out);
+  }
+  return key.scale;
 }
 
 void Scorer::decode_key_block(std::int64_t b, std::int64_t first, int count, KeyBlock* block) const {
-  std::array<const std::uint8_t*, kBlockKeys> keys{};
+  std::array<const std::uint8_t*, kBlockKeys> codes{};
+  std::array<std::uint32_t, kBlockKeys> scale_words{};
   for (int i = 0; i < kBlockKeys; ++i) {
-    float& scale = block->scales[static_cast<std::size_t>(i)];
-    keys[static_cast<std::size_t>(i)] = i < count ? key_bytes(b, first + i, &scale) : nullptr;
-    if (i >= count) scale = 0.0f;  // padding lane
+    const auto lane = static_cast<std::size_t>(i);
+    if (i >= count) {  // padding lane
+      block->scales[lane] = 0.0f;
+      continue;
+    }
+    const KeyRef key = key_at(b, first + i);
+    codes[lane] = key.codes;
+    block->scales[lane] = key.scale;
+    scale_words[lane] = key.scale_word;
   }
-  pack_key_block(tables_, p_.head_dim, keys.data(), block);
+  if (p_.fp4_keys()) {
+    pack_fp4_key_block(p_.head_dim, codes.data(), scale_words.data(), block);
+  } else {
+    pack_key_block(tables_, p_.head_dim, codes.data(), block);
+  }
 }
 
 void RowGroup::load(const Scorer& scorer, std::int64_t request, std::int64_t first_row, std::int64_t rows) {

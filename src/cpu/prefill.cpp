@@ -19,7 +19,9 @@ constexpr std::int64_t kTileRows = 8;
 // Keys of one work item: whole key blocks.
 constexpr std::int64_t kItemKeys = 8 * kBlockKeys;
 
-// The fp8 queries and keys of one problem, dequantized.
+// The queries and keys of one problem, dequantized: fp8, or fp4 with the
+// block scales folded into the values, as the paged Scorer does (fp4 keys
+// then have scale 1).
 class MqaScorer {
  public:
   explicit MqaScorer(const MqaLogitsProblem& problem) : p_(problem) {}
@@ -27,25 +29,45 @@ class MqaScorer {
   const MqaLogitsProblem& problem() const { return p_; }
   std::int64_t query_floats() const { return p_.heads * p_.head_dim; }
   void decode_query(std::int64_t row, float* out) const {
-    decode_fp8_heads(tables_, p_.q + row * p_.q_stride_row, p_.q_stride_h, p_.heads, p_.head_dim, out);
+    const std::uint8_t* q = p_.q + row * p_.q_stride_row;
+    if (p_.fp4_queries()) {
+      decode_fp4_heads(q, p_.q_stride_h, p_.q_scales + row * p_.q_scales_stride_row, p_.q_scales_stride_h,
+                       p_.heads, p_.head_dim, out);
+    } else {
+      decode_fp8_heads(tables_, q, p_.q_stride_h, p_.heads, p_.head_dim, out);
+    }
   }
   const float* weights_row(std::int64_t row) const { return p_.weights + row * p_.weights_stride_row; }
-  float scale(std::int64_t key) const { return p_.key_scales[key * p_.key_scales_stride]; }
+  float scale(std::int64_t key) const { return p_.fp4_keys() ? 1.0f : p_.key_scales[key * p_.key_scales_stride]; }
   void decode_key(std::int64_t key, float* out) const {
-    decode_fp8_heads(tables_, p_.keys + key * p_.keys_stride, 0, 1, p_.head_dim, out);
+    const std::uint8_t* codes = p_.keys + key * p_.keys_stride;
+    if (p_.fp4_keys()) {
+      decode_fp4_heads(codes, 0, scale_word(key), 0, 1, p_.head_dim, out);
+    } else {
+      decode_fp8_heads(tables_, codes, 0, 1, p_.head_dim, out);
+    }
   }
   // Keys [first, first + count), count <= kBlockKeys, into `block`; lanes
   // past count are zero keys of scale 0.
   void decode_key_block(std::int64_t first, int count, KeyBlock* block) const {
     std::array<const std::uint8_t*, kBlockKeys> keys{};
+    std::array<std::uint32_t, kBlockKeys> scale_words{};
     for (int i = 0; i < kBlockKeys; ++i) {
-      keys[static_cast<std::size_t>(i)] = i < count ? p_.keys + (first + i) * p_.keys_stride : nullptr;
-      block->scales[static_cast<std::size_t>(i)] = i < count ? scale(first + i) : 0.0f;
+      const auto lane = static_cast<std::size_t>(i);
+      keys[lane] = i < count ? p_.keys + (first + i) * p_.keys_stride : nullptr;
+      block->scales[lane] = i < count ? scale(first + i) : 0.0f;
+      if (i < count && p_.fp4_keys()) scale_words[lane] = *scale_word(first + i);
     }
-    pack_key_block(tables_, p_.head_dim, keys.data(), block);
+    if (p_.fp4_keys()) {
+      pack_fp4_key_block(p_.head_dim, keys.data(), scale_words.data(), block);
+    } else {
+      pack_key_block(tables_, p_.head_dim, keys.data(), block);
+    }
   }
 
  private:
+  const std::uint32_t* scale_word(std::int64_t key) const { return p_.key_scale_words + key * p_.key_scales_stride; }
+
   const MqaLogitsProblem& p_;
   E4m3Tables tables_;
 };

@@ -12,9 +12,9 @@ namespace dsa::detail::cpu {
 // vectors of eight.
 inline constexpr int kBlockKeys = 32;
 
-// Vectors of e4m3 values as bf16 pairs: word w holds elements 2w (low half)
-// and 2w + 1 (high half). Every e4m3 value is exact in bf16, and the product
-// of two is exact in float32.
+// Vectors of e4m3 values (or e2m1 values times power-of-two block scales) as
+// bf16 pairs: word w holds elements 2w (low half) and 2w + 1 (high half).
+// Every such value is exact in bf16, and the product of two is exact in float32.
 inline std::uint32_t bf16_pair(float even, float odd) {
   return (float_bits(even) >> 16) | (float_bits(odd) & 0xFFFF0000u);
 }

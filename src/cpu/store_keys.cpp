@@ -19,6 +19,11 @@ void store_token(const StoreKeysProblem& p, std::int64_t token, std::int64_t slo
   const CacheRow at = slot_row(p.cache, slot);
   std::uint8_t* page = cache_page(p.cache, at.page);
   const void* key = element_address(p.keys, p.keys_dtype, token * p.keys_stride);
+  if (p.cache.format == KeyFormat::fp4_e2m1) {
+    page_scale_words(p.cache, page)[at.row] =
+        quantize_fp4_vector(key, p.keys_dtype, p.head_dim, page_keys(p.cache, page, at.row));
+    return;
+  }
   page_scales(p.cache, page)[at.row] = quantize_vector(key, p.keys_dtype, p.head_dim, p.power_of_two_scales,
                                                        page_keys(p.cache, page, at.row));
 }

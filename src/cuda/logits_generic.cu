@@ -3,10 +3,12 @@
 //
 // A persistent grid of num_workers blocks walks the schedule. For an item
 // (request or row, chunk of 256 positions) a block stages one tile of 64
-// positions at a time in shared memory (keys dequantized to half precision,
-// which holds every e4m3 value exactly) and scores it for all of the item's
-// rows. Lane l of every warp owns positions l and l + 32 of the tile; the
-// warps split the heads. A tile is one 64-token page or two 32-token pages:
+// positions at a time in shared memory (keys decoded to half precision,
+// which holds every e4m3 and e2m1 value exactly, and their scales: one per
+// token for fp8 keys, one per 32-element block for fp4 keys) and scores it
+// for all of the item's rows; fp4 queries are staged in float32 with their
+// block scales applied (exact). Lane l of every warp owns positions l and
+// l + 32 of the tile; the warps split the heads. A tile is one 64-token page or two 32-token pages:
 // gathering two small pages keeps every lane's two positions and the keys
 // staged between two barriers the same for either page size, where a tile
 // of one 32-token page would leave half of each lane's work idle. Each
@@ -50,22 +52,30 @@ constexpr int kMaxTilePages = kTileTokens / 32;  // pages of the smallest size a
 // A chunk is whole tiles, a tile whole pages of either size.
 static_assert(kChunkTokens % kTileTokens == 0 && kTileTokens % 64 == 0);
 
+// Key scales per token: one for fp8 keys, one per 32-value block for fp4 keys.
+__host__ __device__ int key_scale_blocks(const LogitsProblem& p) {
+  return p.cache.format == KeyFormat::fp4_e2m1 ? p.head_dim / kFp4BlockElements : 1;
+}
+
 // Shared memory of the scoring kernel, carved from one dynamic allocation.
 struct SharedLayout {
   int head_dim;
   int head_tile;
+  int scale_blocks;  // key scales per token: 1 (fp8 keys) or D / 32 (fp4 keys)
 
   __host__ __device__ int key_stride() const { return head_dim + kKeyPadHalves; }  // in halves
   __host__ __device__ std::size_t q_bytes() const { return std::size_t(head_tile) * head_dim * 4; }
   __host__ __device__ std::size_t weights_bytes() const { return std::size_t(head_tile) * 4; }
   __host__ __device__ std::size_t keys_bytes() const { return std::size_t(kTileTokens) * key_stride() * 2; }
-  __host__ __device__ std::size_t scales_bytes() const { return kTileTokens * 4; }
+  __host__ __device__ std::size_t scales_bytes() const { return std::size_t(kTileTokens) * scale_blocks * 4; }
   __host__ __device__ std::size_t partial_bytes() const { return std::size_t(kWarps) * kTileTokens * 4; }
   // Every part is a multiple of 16 bytes, so each starts 16-byte aligned.
   __host__ __device__ std::size_t total() const {
     return q_bytes() + weights_bytes() + keys_bytes() + scales_bytes() + partial_bytes();
   }
-  static std::size_t fixed_bytes(int head_dim) { return SharedLayout{head_dim, 0}.total(); }
+  static std::size_t fixed_bytes(int head_dim, int scale_blocks) {
+    return SharedLayout{head_dim, 0, scale_blocks}.total();
+  }
   static std::size_t bytes_per_head(int head_dim) { return std::size_t(head_dim) * 4 + 4; }
 };
 
@@ -73,7 +83,7 @@ struct SharedViews {
   float* q;        // [head_tile][D]
   float* weights;  // [head_tile]
   __half* keys;    // [kTileTokens][D + kKeyPadHalves]
-  float* scales;   // [kTileTokens]
+  float* scales;   // [kTileTokens][scale_blocks]
   float* partial;  // [kWarps][kTileTokens]
 };
 
@@ -136,52 +146,90 @@ __device__ __forceinline__ std::uint8_t* tile_page(const TilePages& t, int token
   return page;
 }
 
-// Dequantizes the keys and scales of the tile's pages into shared memory,
-// tile position t at key row t.
-__device__ void stage_tile(const CacheRef& cache, const TilePages& t, const SharedViews& s, int key_stride) {
-  const int head_dim = cache.head_dim;
-  const int vectors = kTileTokens * head_dim / 16;
+// Stores 8 values as halves (exact for e4m3 and e2m1 values) at dst.
+__device__ __forceinline__ void store_halves(const float (&values)[8], __half* dst) {
+  __align__(16) __half converted[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) converted[e] = __float2half_rn(values[e]);
+  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(converted);
+}
+
+// Decodes the keys and scales of the tile's pages into shared memory, tile
+// position t at key row t: fp8 codes as they are with the token's scale,
+// fp4 codes as e2m1 values with their D / 32 block scales.
+__device__ void stage_tile(const CacheRef& cache, const TilePages& t, const SharedViews& s, int key_stride,
+                           int scale_blocks) {
+  const bool fp4 = cache.format == KeyFormat::fp4_e2m1;
+  const int code_bytes = static_cast<int>(page_layout(cache).code_bytes());
+  const int values_per_vector = fp4 ? 32 : 16;  // in 16 code bytes
+  const int vectors = kTileTokens * code_bytes / 16;
   for (int i = threadIdx.x; i < vectors; i += kThreads) {
-    const int token = i * 16 / head_dim;
-    const int d = i * 16 % head_dim;
+    const int token = i * 16 / code_bytes;
+    const int d = i * 16 % code_bytes * (fp4 ? 2 : 1);
     std::uint8_t* page = tile_page(t, token);
     if (page == nullptr) continue;
-    const uint4 raw = *reinterpret_cast<const uint4*>(page_keys(cache, page, token % t.page_tokens) + d);
+    const uint4 raw =
+        *reinterpret_cast<const uint4*>(page_keys(cache, page, token % t.page_tokens) + (fp4 ? d / 2 : d));
     const std::uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-    __align__(16) __half converted[16];
+    __half* dst = s.keys + token * key_stride + d;
+    for (int part = 0; part < values_per_vector / 8; ++part) {
+      float values[8];
 #pragma unroll
-    for (int e = 0; e < 16; ++e) {
-      const auto byte = static_cast<std::uint8_t>(words[e / 4] >> (8 * (e % 4)));
-      converted[e] = __float2half_rn(e4m3_to_float(byte));  // exact: e4m3 is a subset of half
+      for (int e = 0; e < 8; ++e) {
+        const int v = part * 8 + e;  // value v of the vector
+        values[e] = fp4 ? e2m1_to_float(static_cast<std::uint8_t>((words[v / 8] >> (4 * (v % 8))) & 0xF))
+                        : e4m3_to_float(static_cast<std::uint8_t>(words[v / 4] >> (8 * (v % 4))));
+      }
+      store_halves(values, dst + part * 8);
     }
-    uint4* dst = reinterpret_cast<uint4*>(s.keys + token * key_stride + d);
-    dst[0] = *reinterpret_cast<const uint4*>(&converted[0]);
-    dst[1] = *reinterpret_cast<const uint4*>(&converted[8]);
   }
-  if (threadIdx.x < kTileTokens) {
-    std::uint8_t* page = tile_page(t, threadIdx.x);
-    if (page != nullptr) s.scales[threadIdx.x] = page_scales(cache, page)[threadIdx.x % t.page_tokens];
+  for (int i = threadIdx.x; i < kTileTokens * scale_blocks; i += kThreads) {
+    const int token = i / scale_blocks;
+    std::uint8_t* page = tile_page(t, token);
+    if (page == nullptr) continue;
+    const int row = token % t.page_tokens;
+    s.scales[i] = fp4 ? fp4_block_scale_value(page_scale_words(cache, page)[row], i % scale_blocks)
+                      : page_scales(cache, page)[row];
   }
 }
 
-// Dequantizes heads [h0, h0 + count) of one query row and their weights;
-// a pair's missing partner head is zero.
+// Dequantizes heads [h0, h0 + count) of one query row and their weights
+// (fp4 queries with their block scales applied); a pair's missing partner
+// head is zero.
 __device__ void stage_queries(const LogitsProblem& p, std::int64_t b, std::int64_t j, std::int64_t h0,
                               int count, const SharedViews& s) {
   const int head_dim = p.head_dim;
-  const int vectors_per_head = head_dim / 16;
+  const bool fp4 = p.fp4_queries();
+  const int values_per_vector = fp4 ? 32 : 16;  // in 16 code bytes: one fp4 block
+  const int vectors_per_head = head_dim / values_per_vector;
   const int padded = (count + kHeadsPerWarpPass - 1) / kHeadsPerWarpPass * kHeadsPerWarpPass;
   for (int i = threadIdx.x; i < padded * vectors_per_head; i += kThreads) {
     const int h = i / vectors_per_head;
-    const int d = i % vectors_per_head * 16;
+    const int vector = i % vectors_per_head;
+    const int d = vector * values_per_vector;
     float4* dst = reinterpret_cast<float4*>(s.q + h * head_dim + d);
     if (h >= count) {
-      for (int e = 0; e < 4; ++e) dst[e] = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int e = 0; e < values_per_vector / 4; ++e) dst[e] = make_float4(0.f, 0.f, 0.f, 0.f);
       continue;
     }
-    const uint4 raw = *reinterpret_cast<const uint4*>(p.q + b * p.q_stride_b + j * p.q_stride_n +
-                                                      (h0 + h) * p.q_stride_h + d);
+    const std::int64_t offset = b * p.q_stride_b + j * p.q_stride_n + (h0 + h) * p.q_stride_h;
+    const uint4 raw = *reinterpret_cast<const uint4*>(p.q + offset + vector * 16);
     const std::uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+    if (fp4) {
+      const float scale = fp4_block_scale_value(
+          p.q_scales[b * p.q_scales_stride_b + j * p.q_scales_stride_n + (h0 + h) * p.q_scales_stride_h], vector);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        float v[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int n = 4 * e + k;  // nibble n of the vector
+          v[k] = e2m1_to_float(static_cast<std::uint8_t>((words[n / 8] >> (4 * (n % 8))) & 0xF)) * scale;
+        }
+        dst[e] = make_float4(v[0], v[1], v[2], v[3]);
+      }
+      continue;
+    }
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       dst[e] = make_float4(e4m3_to_float(static_cast<std::uint8_t>(words[e])),
@@ -218,8 +266,11 @@ __device__ void score_tile_row(const LogitsProblem& p, const SharedLayout& layou
   const int head_dim = p.head_dim;
   const __half* key0 = s.keys + lane * layout.key_stride();
   const __half* key1 = s.keys + (lane + 32) * layout.key_stride();
-  const float scale0 = s.scales[lane];
-  const float scale1 = s.scales[lane + 32];
+  // The key scales of the lane's positions, per block of D / scale_blocks values.
+  const int blocks = layout.scale_blocks;
+  const int block_values = head_dim / blocks;
+  const float* scales0 = s.scales + lane * blocks;
+  const float* scales1 = s.scales + (lane + 32) * blocks;
   float sum0 = 0.0f, sum1 = 0.0f;  // positions tile + lane, tile + lane + 32
 
   for (std::int64_t h0 = 0; h0 < p.heads; h0 += layout.head_tile) {
@@ -230,30 +281,38 @@ __device__ void score_tile_row(const LogitsProblem& p, const SharedLayout& layou
     for (int h = warp * kHeadsPerWarpPass; h < count; h += kHeadGranule) {
       const float* qa = s.q + h * head_dim;
       const float* qb = qa + head_dim;
-      float dot_a0 = 0.0f, dot_a1 = 0.0f, dot_b0 = 0.0f, dot_b1 = 0.0f;
-      for (int d = 0; d < head_dim; d += 8) {
-        float k0[8], k1[8];
-        unpack_halves(*reinterpret_cast<const uint4*>(key0 + d), k0);
-        unpack_halves(*reinterpret_cast<const uint4*>(key1 + d), k1);
-        const float4 a_lo = *reinterpret_cast<const float4*>(qa + d);
-        const float4 a_hi = *reinterpret_cast<const float4*>(qa + d + 4);
-        const float4 b_lo = *reinterpret_cast<const float4*>(qb + d);
-        const float4 b_hi = *reinterpret_cast<const float4*>(qb + d + 4);
-        const float a[8] = {a_lo.x, a_lo.y, a_lo.z, a_lo.w, a_hi.x, a_hi.y, a_hi.z, a_hi.w};
-        const float c[8] = {b_lo.x, b_lo.y, b_lo.z, b_lo.w, b_hi.x, b_hi.y, b_hi.z, b_hi.w};
+      // Each block's dot product times its scale, the blocks in order.
+      float scaled_a0 = 0.0f, scaled_a1 = 0.0f, scaled_b0 = 0.0f, scaled_b1 = 0.0f;
+      for (int block = 0; block < blocks; ++block) {
+        float dot_a0 = 0.0f, dot_a1 = 0.0f, dot_b0 = 0.0f, dot_b1 = 0.0f;
+        for (int d = block * block_values; d < (block + 1) * block_values; d += 8) {
+          float k0[8], k1[8];
+          unpack_halves(*reinterpret_cast<const uint4*>(key0 + d), k0);
+          unpack_halves(*reinterpret_cast<const uint4*>(key1 + d), k1);
+          const float4 a_lo = *reinterpret_cast<const float4*>(qa + d);
+          const float4 a_hi = *reinterpret_cast<const float4*>(qa + d + 4);
+          const float4 b_lo = *reinterpret_cast<const float4*>(qb + d);
+          const float4 b_hi = *reinterpret_cast<const float4*>(qb + d + 4);
+          const float a[8] = {a_lo.x, a_lo.y, a_lo.z, a_lo.w, a_hi.x, a_hi.y, a_hi.z, a_hi.w};
+          const float c[8] = {b_lo.x, b_lo.y, b_lo.z, b_lo.w, b_hi.x, b_hi.y, b_hi.z, b_hi.w};
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          dot_a0 = fmaf(a[e], k0[e], dot_a0);
-          dot_a1 = fmaf(a[e], k1[e], dot_a1);
-          dot_b0 = fmaf(c[e], k0[e], dot_b0);
-          dot_b1 = fmaf(c[e], k1[e], dot_b1);
+          for (int e = 0; e < 8; ++e) {
+            dot_a0 = fmaf(a[e], k0[e], dot_a0);
+            dot_a1 = fmaf(a[e], k1[e], dot_a1);
+            dot_b0 = fmaf(c[e], k0[e], dot_b0);
+            dot_b1 = fmaf(c[e], k1[e], dot_b1);
+          }
         }
+        scaled_a0 = fmaf(scales0[block], dot_a0, scaled_a0);
+        scaled_a1 = fmaf(scales1[block], dot_a1, scaled_a1);
+        scaled_b0 = fmaf(scales0[block], dot_b0, scaled_b0);
+        scaled_b1 = fmaf(scales1[block], dot_b1, scaled_b1);
       }
-      sum0 = fmaf(s.weights[h], fmaxf(scale0 * dot_a0, 0.0f), sum0);
-      sum1 = fmaf(s.weights[h], fmaxf(scale1 * dot_a1, 0.0f), sum1);
+      sum0 = fmaf(s.weights[h], fmaxf(scaled_a0, 0.0f), sum0);
+      sum1 = fmaf(s.weights[h], fmaxf(scaled_a1, 0.0f), sum1);
       if (h + 1 < count) {
-        sum0 = fmaf(s.weights[h + 1], fmaxf(scale0 * dot_b0, 0.0f), sum0);
-        sum1 = fmaf(s.weights[h + 1], fmaxf(scale1 * dot_b1, 0.0f), sum1);
+        sum0 = fmaf(s.weights[h + 1], fmaxf(scaled_b0, 0.0f), sum0);
+        sum1 = fmaf(s.weights[h + 1], fmaxf(scaled_b1, 0.0f), sum1);
       }
     }
   }
@@ -309,7 +368,7 @@ __device__ void score_item(const LogitsProblem& p, const SharedLayout& layout, c
     }
     if (!pages.any) continue;
     __syncthreads();  // the previous tile is no longer read
-    stage_tile(p.cache, pages, s, layout.key_stride());
+    stage_tile(p.cache, pages, s, layout.key_stride(), layout.scale_blocks);
     __syncthreads();
     for (std::int64_t j = j_begin; j < j_end; ++j) {
       const std::int64_t length = usable_length(p, b, j);
@@ -321,7 +380,7 @@ __device__ void score_item(const LogitsProblem& p, const SharedLayout& layout, c
 __global__ void __launch_bounds__(kThreads) generic_logits_kernel(LogitsProblem p, int head_tile,
                                                                   DeviceErrorRecord* record) {
   extern __shared__ __align__(16) unsigned char shared_bytes[];
-  const SharedLayout layout{p.head_dim, head_tile};
+  const SharedLayout layout{p.head_dim, head_tile, key_scale_blocks(p)};
   const SharedViews s = carve_shared(shared_bytes, layout);
   const std::int64_t units = schedule_units(p.batch, p.next_n, p.path);
   if (threadIdx.x == 0) check_schedule_share(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, units, record);
@@ -371,7 +430,7 @@ Status generic::paged_mqa_logits(const LogitsProblem& p, const ExecContext& ctx)
   int shared_limit = 0;
   DSA_CUDA_CHECK(cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                         p.device.index));
-  const std::size_t fixed = SharedLayout::fixed_bytes(p.head_dim);
+  const std::size_t fixed = SharedLayout::fixed_bytes(p.head_dim, key_scale_blocks(p));
   const std::size_t per_head = SharedLayout::bytes_per_head(p.head_dim);
   const std::size_t limit = static_cast<std::size_t>(shared_limit);
   const std::int64_t fitting = limit > fixed ? static_cast<std::int64_t>((limit - fixed) / per_head) : 0;
@@ -382,7 +441,7 @@ Status generic::paged_mqa_logits(const LogitsProblem& p, const ExecContext& ctx)
     return {ErrorCode::unsupported, std::string(op) + ": head_dim " + std::to_string(p.head_dim) +
                                         " needs more shared memory than this device offers"};
   }
-  const SharedLayout layout{p.head_dim, static_cast<int>(head_tile)};
+  const SharedLayout layout{p.head_dim, static_cast<int>(head_tile), key_scale_blocks(p)};
   const std::size_t shared_bytes = layout.total();
   DSA_CUDA_CHECK(cudaFuncSetAttribute(generic_logits_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(shared_bytes)));

@@ -9,7 +9,9 @@
 // alone, reading the query and the key in 16-byte vectors: dot products over
 // d in order, heads in order, so results are bitwise repeatable. The range
 // rules (key_range_violation) are checked here, on the device: a violating
-// row reads no key, and block (x, 0) records it.
+// row reads no key, and block (x, 0) records it. fp4 queries or keys are
+// read value by value with their block scales applied (exact), the keys
+// then of scale 1, as the CPU backends score them.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -41,8 +43,36 @@ __device__ __forceinline__ float dot16(const uint4& a, const uint4& b, float acc
   return acc;
 }
 
+// Value d of a vector of fp8 codes, or of packed fp4 codes with its scale word.
+__device__ __forceinline__ float vector_value(const std::uint8_t* codes, bool fp4, std::uint32_t scale_word, int d) {
+  return fp4 ? fp4_element(codes, scale_word, d) : e4m3_to_float(codes[d]);
+}
+
+// score_key where the queries or the keys are fp4: dot products over d in
+// order, heads in order.
+__device__ float score_key_fp4(const MqaLogitsProblem& p, std::int64_t row, std::int64_t key) {
+  const std::uint8_t* key_codes = p.keys + key * p.keys_stride;
+  const bool fp4_keys = p.fp4_keys();
+  const std::uint32_t key_word = fp4_keys ? p.key_scale_words[key * p.key_scales_stride] : 0u;
+  const float scale = fp4_keys ? 1.0f : p.key_scales[key * p.key_scales_stride];
+  const float* weights = p.weights + row * p.weights_stride_row;
+  float logit = 0.0f;
+  for (std::int64_t h = 0; h < p.heads; ++h) {
+    const std::uint8_t* q = p.q + row * p.q_stride_row + h * p.q_stride_h;
+    const std::uint32_t q_word =
+        p.fp4_queries() ? p.q_scales[row * p.q_scales_stride_row + h * p.q_scales_stride_h] : 0u;
+    float dot = 0.0f;
+    for (int d = 0; d < p.head_dim; ++d) {
+      dot = fmaf(vector_value(q, p.fp4_queries(), q_word, d), vector_value(key_codes, fp4_keys, key_word, d), dot);
+    }
+    logit = fmaf(weights[h], fmaxf(scale * dot, 0.0f), logit);
+  }
+  return logit;
+}
+
 // logit(row, key) of the mqa_logits formula; `key` is within [0, S_kv).
 __device__ float score_key(const MqaLogitsProblem& p, std::int64_t row, std::int64_t key) {
+  if (p.fp4_queries() || p.fp4_keys()) return score_key_fp4(p, row, key);
   const std::uint8_t* query = p.q + row * p.q_stride_row;
   const std::uint8_t* key_bytes = p.keys + key * p.keys_stride;
   const float scale = p.key_scales[key * p.key_scales_stride];

@@ -1,5 +1,6 @@
-// quantize_queries on CUDA: one warp quantizes one (row, head) query vector
-// and folds its scale into the head weight.
+// quantize_queries and quantize_queries_fp4 on CUDA: one warp quantizes one
+// (row, head) query vector and writes its head weight (with the fp8 scale
+// folded in).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -27,15 +28,21 @@ __global__ void __launch_bounds__(kQuantizeThreads) quantize_queries_kernel(Quan
     const std::int64_t j = row % p.next_n;
     const void* q = static_cast<const unsigned char*>(p.q) +
                     (b * p.q_stride_b + j * p.q_stride_n + h * p.q_stride_h) * q_element;
-    const float scale = warp_vector_scale(q, p.q_dtype, p.head_dim, p.power_of_two_scales, lane);
-    warp_quantize_vector(q, p.q_dtype, p.head_dim, scale,
-                         p.q_fp8 + b * p.q_fp8_stride_b + j * p.q_fp8_stride_n + h * p.q_fp8_stride_h,
-                         lane);
-    if (lane == 0) {
-      const float gate =
-          load_float_or_bf16(p.gate, p.gate_dtype, row * p.gate_stride_row + h * p.gate_stride_h);
-      p.weights[row * p.weights_stride_row + h] = gate * scale * p.weight_scale;
+    std::uint8_t* codes = p.q_codes + b * p.q_codes_stride_b + j * p.q_codes_stride_n + h * p.q_codes_stride_h;
+    const float gate = load_float_or_bf16(p.gate, p.gate_dtype, row * p.gate_stride_row + h * p.gate_stride_h);
+    if (p.fp4()) {
+      // The block scales stay with the codes; the weight is the gate's alone.
+      const std::uint32_t scales = warp_quantize_fp4_vector(q, p.q_dtype, codes, lane);
+      if (lane == 0) {
+        p.q_block_scales[b * p.q_scales_stride_b + j * p.q_scales_stride_n + h * p.q_scales_stride_h] =
+            static_cast<std::int32_t>(scales);
+        p.weights[row * p.weights_stride_row + h] = gate * p.weight_scale;
+      }
+      continue;
     }
+    const float scale = warp_vector_scale(q, p.q_dtype, p.head_dim, p.power_of_two_scales, lane);
+    warp_quantize_vector(q, p.q_dtype, p.head_dim, scale, codes, lane);
+    if (lane == 0) p.weights[row * p.weights_stride_row + h] = gate * scale * p.weight_scale;
   }
 }
 

@@ -1,4 +1,5 @@
-// store_index_keys on CUDA: one warp quantizes one token into its cache slot.
+// store_index_keys on CUDA: one warp quantizes one token into its cache slot
+// (fp8, or fp4 for the 128-value keys that format serves).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -33,9 +34,14 @@ __global__ void __launch_bounds__(kStoreThreads) store_keys_kernel(StoreKeysProb
     }
     const std::size_t element = p.keys_dtype == DType::bfloat16 ? 2 : 4;
     const void* key = static_cast<const unsigned char*>(p.keys) + token * p.keys_stride * element;
-    const float scale = warp_vector_scale(key, p.keys_dtype, p.head_dim, p.power_of_two_scales, lane);
     const CacheRow at = slot_row(p.cache, slot);
     std::uint8_t* page = cache_page(p.cache, at.page);
+    if (p.cache.format == KeyFormat::fp4_e2m1) {
+      const std::uint32_t scales = warp_quantize_fp4_vector(key, p.keys_dtype, page_keys(p.cache, page, at.row), lane);
+      if (lane == 0) page_scale_words(p.cache, page)[at.row] = scales;
+      continue;
+    }
+    const float scale = warp_vector_scale(key, p.keys_dtype, p.head_dim, p.power_of_two_scales, lane);
     warp_quantize_vector(key, p.keys_dtype, p.head_dim, scale, page_keys(p.cache, page, at.row), lane);
     if (lane == 0) page_scales(p.cache, page)[at.row] = scale;
   }

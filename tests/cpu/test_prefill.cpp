@@ -174,13 +174,18 @@ TEST(PrefillValidation, ShapesDtypesAndOptions) {
     cases.emplace_back(std::move(edit), ErrorCase{"", code, std::move(message)});
   };
   add([](ValidCall& v) { v.q = {}; }, ErrorCode::null_pointer, "mqa_logits: q: required tensor is missing");
-  add([](ValidCall& v) { v.q.dtype = DType::uint8; }, ErrorCode::bad_dtype, "mqa_logits: q: expected float8_e4m3");
+  add([](ValidCall& v) { v.q.dtype = DType::int32; }, ErrorCode::bad_dtype, "mqa_logits: q: expected float8_e4m3");
+  add([](ValidCall& v) { v.q.dtype = DType::uint8; }, ErrorCode::bad_dtype,
+      "mqa_logits: q: uint8 queries are packed fp4 codes and need options.q_block_scales");
   add([](ValidCall& v) { v.q.ndim = 2; }, ErrorCode::bad_shape, "mqa_logits: q: expected rank 3");
   add([](ValidCall& v) { v.q.shape[2] = 24; v.q.strides = {96, 24, 1}; }, ErrorCode::bad_shape,
       "q: head dim must be a positive multiple of 16");
   add([](ValidCall& v) { v.q.strides[1] = 40; v.q.strides[0] = 160; }, ErrorCode::bad_alignment,
       "q: strides of dimensions 0..1 must be multiples of 16 bytes");
-  add([](ValidCall& v) { v.keys.dtype = DType::uint8; }, ErrorCode::bad_dtype, "mqa_logits: keys: expected float8_e4m3");
+  add([](ValidCall& v) { v.keys.dtype = DType::int32; }, ErrorCode::bad_dtype, "mqa_logits: keys: expected float8_e4m3");
+  // uint8 keys are packed fp4 codes, which serve D = 128 only.
+  add([](ValidCall& v) { v.keys.dtype = DType::uint8; }, ErrorCode::bad_shape,
+      "mqa_logits: keys: fp4 keys (uint8) are packed codes [S_kv, D / 2] with D == 128");
   add([](ValidCall& v) { v.keys.shape[1] = 64; }, ErrorCode::bad_shape,
       "keys: dimension 1 must be the head dim of q = 32");
   add([](ValidCall& v) { v.keys.strides[0] = 40; }, ErrorCode::bad_alignment,

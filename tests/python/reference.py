@@ -218,3 +218,84 @@ def mqa_logits(q_codes, key_codes, key_scales, weights, ks, ke, max_seqlen_k=0):
                 total += w[i, h] * max(0.0, scales[j] * float(np.dot(q[i, h], keys[j])))
             out[i, j - int(ks[i]) if max_seqlen_k > 0 else j] = total
     return out
+
+
+# ---------------------------------------------------------------------------
+# The fp4 format (e2m1 codes two a byte, one ue8m0 scale per 32 values, four to a word)
+
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+FP4_TOKEN_BYTES = 68  # at D = 128: 64 code bytes, one scale word
+
+
+def e2m1_decode(codes):
+    codes = np.asarray(codes, dtype=np.uint8)
+    magnitude = E2M1[codes & 0x7]
+    return np.where(codes & 0x8, -magnitude, magnitude)
+
+
+def fp4_quantize(x):
+    """(codes uint8 [..., 64], scale words int32 [...]) of float32 x [..., 128]: per block
+    of 32, e = the smallest byte with 6 * 2^(e - 127) >= max(amax, 1e-4) (NaN left out),
+    codes the nearest e2m1 values of x / 2^(e - 127) (ties to the smaller magnitude, a
+    value nearest zero code 0 whatever its sign)."""
+    x = np.asarray(x, dtype=np.float32)
+    blocks = x.reshape(x.shape[:-1] + (4, 32)).astype(np.float64)
+    amax = np.maximum(np.nanmax(np.where(np.isnan(blocks), 0.0, np.abs(blocks)), axis=-1),
+                      float(np.float32(1e-4)))
+    e = 127 + np.ceil(np.log2(amax / 6.0)).astype(np.int64)
+    e = np.where(6.0 * np.exp2(e - 1 - 127.0) >= amax, e - 1, e)  # log2 rounding, either way
+    e = np.where(6.0 * np.exp2(e - 127.0) < amax, e + 1, e)
+    v = np.where(np.isnan(blocks), 0.0, blocks / np.exp2(e - 127.0)[..., None])
+    distance = np.abs(np.minimum(np.abs(v), 6.0)[..., None] - E2M1)
+    code = np.argmin(distance, axis=-1)  # the first of equal distances: the smaller magnitude
+    code = np.where((code != 0) & (v < 0), code | 0x8, code).astype(np.uint8)
+    code = code.reshape(x.shape)
+    packed = (code[..., 0::2] | (code[..., 1::2] << 4)).astype(np.uint8)
+    words = np.zeros(x.shape[:-1], dtype=np.uint32)
+    for b in range(4):
+        words |= e[..., b].astype(np.uint32) << np.uint32(8 * b)
+    return packed, words.view(np.int32)
+
+
+def fp4_decode(codes, words):
+    """float64 [..., 128] of packed codes [..., 64] and scale words [...]."""
+    codes = np.asarray(codes, dtype=np.uint8)
+    values = np.stack([e2m1_decode(codes & 0xF), e2m1_decode(codes >> 4)], axis=-1)
+    values = values.reshape(codes.shape[:-1] + (4, 32))
+    e = (np.asarray(words).view(np.uint32)[..., None] >> (8 * np.arange(4, dtype=np.uint32))) & 0xFF
+    return (values * np.exp2(e.astype(np.float64) - 127.0)[..., None]).reshape(codes.shape[:-1] + (128,))
+
+
+def fp4_cache(keys, page=PAGE):
+    """uint8 [pages, P * 68] holding float32 keys [pages * P, 128], slot s at row s % P of
+    page s // P."""
+    codes, words = fp4_quantize(keys)
+    pages = keys.shape[0] // page
+    cache = np.empty((pages, page * FP4_TOKEN_BYTES), dtype=np.uint8)
+    cache[:, : page * 64] = codes.reshape(pages, -1)
+    cache[:, page * 64:] = words.reshape(pages, page).view(np.uint8).reshape(pages, -1)
+    return cache
+
+
+def fp4_cache_keys(cache, page=PAGE):
+    """float64 keys [pages, P, 128] of an fp4 cache [pages, >= P * 68]."""
+    pages = cache.shape[0]
+    cache = cache.reshape(pages, -1)
+    codes = np.ascontiguousarray(cache[:, : page * 64]).reshape(pages, page, 64)
+    words = np.ascontiguousarray(cache[:, page * 64: page * 68]).view(np.int32).reshape(pages, page)
+    return fp4_decode(codes, words)
+
+
+def logits_of_values(q, keys, weights, lens_2d, block_table, max_context_len, page=PAGE):
+    """float64 logits of dequantized queries q [B, next_n, H, D] against dequantized keys
+    [pages, P, D] (scales included); -inf past each row's length."""
+    batch, next_n = lens_2d.shape
+    out = np.full((batch * next_n, max_context_len), -np.inf)
+    for b in range(batch):
+        for j in range(next_n):
+            length = int(lens_2d[b, j])
+            pos = np.arange(length)
+            k = keys[block_table[b, pos // page], pos % page]
+            r = b * next_n + j
+            out[r, :length] = weights[r].astype(np.float64) @ np.maximum(0.0, q[b, j] @ k.T)
+    return out

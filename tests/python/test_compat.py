@@ -98,9 +98,9 @@ def test_deep_gemm_refusals_name_the_argument(rng):
     p = ref.scoring_problem(rng, head_dim=D, next_n=2, page=32)
     schedule = deep_gemm.get_paged_mqa_logits_metadata(p["lens"], 32, 4)
     args = deep_gemm_args(p, p["lens"], schedule)
-    q_sf = np.ones(p["q"].shape[:-1], dtype=np.float32)
-    with pytest.raises(NotImplementedError,
-                       match=r"fp8_fp4_paged_mqa_logits: q: FP4 queries .* not supported yet"):
+    q_sf = np.ones(p["q"].shape[:-1], dtype=np.int32)
+    # FP4 codes (q_fp4, q_sf) are [B, next_n, H, 64]: D = 32 fp8 codes are not that.
+    with pytest.raises(ValueError, match=r"paged_mqa_logits: q: fp4 queries .* dimension 3"):
         deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], q_sf), *args)
     with pytest.raises(TypeError, match=r"fp8_fp4_paged_mqa_logits: q: expected the pair"):
         deep_gemm.fp8_fp4_paged_mqa_logits(p["q"], *args)

@@ -667,3 +667,39 @@ def test_mqa_logits_under_torch_compile(rng):
                         fullgraph=True)
     assert torch.equal(run(p), dsa.mqa_logits(*prefill_args(p), clean_logits=True,
                                                compressed=True, max_seqlen_k=p["width"]))
+
+
+# ---------------------------------------------------------------------------
+# The fp4 format (NumPy references of reference.py)
+
+
+@pytest.mark.parametrize("page", [64, 32])
+def test_fp4_store_quantize_and_logits(rng, page):
+    batch, next_n, heads = 3, 2, 16
+    prefix = rng.integers(0, 400, size=batch).astype(np.int32)
+    lens = (prefix[:, None] + np.arange(next_n)[None, :] + 1).astype(np.int32)
+    pages = int((-(-lens.max(axis=1) // page)).sum()) + 2
+    keys = rng.standard_normal((pages * page, D)).astype(np.float32)
+    cache = torch.zeros((pages, page, 1, ref.FP4_TOKEN_BYTES), dtype=torch.uint8, device=DEVICE)
+    dsa.store_index_keys(cuda(keys), cuda(np.arange(pages * page, dtype=np.int64)), cache)
+    expected_cache = ref.fp4_cache(keys, page)
+    np.testing.assert_array_equal(cache.cpu().numpy().reshape(pages, -1), expected_cache)
+
+    q = rng.standard_normal((batch, next_n, heads, D)).astype(np.float32)
+    gate = rng.standard_normal((batch * next_n, heads)).astype(np.float32)
+    codes, scales, weights = dsa.quantize_queries_fp4(cuda(q), cuda(gate), weight_scale=0.5)
+    want_codes, want_scales = ref.fp4_quantize(q)
+    np.testing.assert_array_equal(codes.cpu().numpy(), want_codes)
+    np.testing.assert_array_equal(scales.cpu().numpy(), want_scales)
+
+    table = ref.random_block_table(rng, lens, pages, page=page)
+    max_len = int(lens.max()) + 3
+    logits = dsa.paged_mqa_logits(codes, cache, weights, cuda(lens), cuda(table), max_len,
+                                  clean_logits=True, q_block_scales=scales)
+    expected = ref.logits_of_values(ref.fp4_decode(want_codes, want_scales),
+                                    ref.fp4_cache_keys(expected_cache, page),
+                                    weights.cpu().numpy(), lens, table, max_len, page)
+    ref.assert_logits_close(logits.cpu().numpy(), expected)
+    indices = dsa.index_topk(codes, cache, weights, cuda(lens), cuda(table), max_len, 50,
+                             sorted=True, q_block_scales=scales)
+    torch.testing.assert_close(indices, dsa.topk(logits, cuda(lens.reshape(-1)), 50, sorted=True))

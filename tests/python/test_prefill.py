@@ -250,7 +250,7 @@ def test_deep_gemm_mqa_logits_refusals(rng):
     p = prefill_problem(rng)
     q, kv, weights, ks, ke = torch_args(p)
     sf = torch.zeros(q.shape[0], q.shape[1], 1, dtype=torch.int32)
-    with pytest.raises(NotImplementedError, match="fp8_fp4_mqa_logits: q: FP4 queries"):
+    with pytest.raises(TypeError, match="fp8_fp4_mqa_logits: q: must hold packed e2m1 codes"):
         deep_gemm.fp8_fp4_mqa_logits((q, sf), kv, weights, ks, ke)
     with pytest.raises(TypeError, match=r"fp8_fp4_mqa_logits: q: expected the pair"):
         deep_gemm.fp8_fp4_mqa_logits(q, kv, weights, ks, ke)

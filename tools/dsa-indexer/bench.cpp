@@ -174,6 +174,7 @@ PointResult measure_point(const Bench& bench, const GridPoint& point, const Opti
   shape.spread = kSpread;
   shape.seed = seed;
   shape.page_tokens = options.page_size;
+  shape.key_format = options.key_format;
   const int k = options.k;
   const WorkloadLayout layout = make_layout(shape);
   result.traffic = traffic_of(shape, layout);
@@ -514,6 +515,7 @@ int gpu_bench(const Options& options, const Target& target, std::FILE* text, Jso
   parameters.set("lengths", "causal");
   parameters.set("page_order", "random permutation");
   parameters.set("page_size", options.page_size);
+  parameters.set("key_format", dsa::key_format_name(options.key_format));
   parameters.set("seed", static_cast<std::int64_t>(options.seed));
   Json& timing = document->set("timing", Json::object());
   timing.set("method", "CUDA events around the enqueued work of each call, the stream held until the call is "
@@ -571,9 +573,10 @@ int gpu_bench(const Options& options, const Target& target, std::FILE* text, Jso
   }
 
   if (!results.empty()) {
-    std::fprintf(text, "\nreference grid: H=%d D=%d k=%d, causal lengths +-30%%, %d-token pages in random order; "
-                       "median of %d runs (CUDA events around the enqueued work), inputs rotated over >= 2 copies\n",
-                 options.heads, kHeadDim, options.k, options.page_size, bench.iters);
+    std::fprintf(text, "\nreference grid: H=%d D=%d k=%d, causal lengths +-30%%, %d-token pages of %s keys in random "
+                       "order; median of %d runs (CUDA events around the enqueued work), inputs rotated over >= 2 copies\n",
+                 options.heads, kHeadDim, options.k, options.page_size, dsa::key_format_name(options.key_format),
+                 bench.iters);
     std::fprintf(text, "floor = max(bytes / copy bandwidth, FLOPs / fp8 rate); floor/t = fraction of the floor reached; "
                        "host = the host's time per native call (validation and enqueue); speedup = per-token / native\n");
     print_grid_table(text, results, true);

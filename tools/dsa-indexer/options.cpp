@@ -140,6 +140,12 @@ std::vector<Flag> flag_table() {
          o.page_size = static_cast<int>(*value);
          return {};
        }},
+      {"--key-format", true, true, false,
+       [](std::string_view v, Options& o) {
+         return one_of<dsa::KeyFormat>("--key-format", v,
+                                       {{"fp8", dsa::KeyFormat::fp8_e4m3}, {"fp4", dsa::KeyFormat::fp4_e2m1}},
+                                       &o.key_format);
+       }},
       {"--path", true, false, false,
        [](std::string_view v, Options& o) {
          return one_of<dsa::LogitsPath>("--path", v,
@@ -354,6 +360,9 @@ Options of the default run:
   --next-n N      draft tokens per request, 1..8 (default 2)
   --heads N       indexer heads H, 1..256 (default 64; the Hopper kernels serve 32 and 64)
   --page-size P   tokens per cache page, 32 or 64 (default 64)
+  --key-format F  fp8 | fp4: the index-key and query format (default fp8; fp4 is
+                  DeepSeek-V4.1's: e2m1 keys and queries with ue8m0 block scales, 68-byte
+                  tokens; on a GPU it runs on the generic kernels)
   --k N           top-k, 1..2048 (default 2048)
   --path P        auto | native | per-token: how the logits kernel reads the cache
   --seed N        random seed of the workload (default 1)
@@ -372,7 +381,7 @@ Options of bench:
                   S in {512, 4K, 16K} new tokens x prefix P in {0, 32K, 96K}, against the
                   fp8 tensor-core rate, and the ragged top-k of S=4K over P=32K (--heads
                   does not apply) (default full)
-  --heads N, --page-size P, --k N, --seed N
+  --heads N, --page-size P, --key-format F, --k N, --seed N
   --iters N       timed repetitions per measurement (default 50)
   --json[=FILE]   everything measured, as JSON; the table is printed at the end
   Without a CUDA device, bench says the grid needs a GPU, times one small point on the

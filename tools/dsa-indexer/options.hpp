@@ -35,6 +35,8 @@ struct Options {
   int k = 2048;
   int heads = 64;
   int page_size = dsa::kDefaultPageTokens;  // tokens per cache page: 32 or 64
+  // fp8_e4m3, or fp4_e2m1: fp4 keys and fp4 queries (DeepSeek-V4.1's indexer format).
+  dsa::KeyFormat key_format = dsa::KeyFormat::fp8_e4m3;
   dsa::LogitsPath path = dsa::LogitsPath::automatic;
   std::uint64_t seed = 1;
   // Timed repetitions per measurement; unset: a few on the CPU, many on a GPU.

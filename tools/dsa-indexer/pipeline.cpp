@@ -32,10 +32,13 @@ dsa::Status Pipeline::create(const WorkloadShape& shape, const WorkloadLayout& l
   using dsa::DType;
   DSA_RETURN_IF_ERROR(Buffer::allocate(bytes(p.num_tokens_ * shape.head_dim, DType::bfloat16), device, &p.keys));
   DSA_RETURN_IF_ERROR(Buffer::allocate(bytes(p.num_tokens_, DType::int32), device, &p.slots));
-  DSA_RETURN_IF_ERROR(Buffer::allocate(static_cast<std::size_t>(layout.cache_bytes(shape.head_dim)), device, &p.cache));
+  DSA_RETURN_IF_ERROR(Buffer::allocate(static_cast<std::size_t>(layout.cache_bytes(shape)), device, &p.cache));
   DSA_RETURN_IF_ERROR(Buffer::allocate(bytes(query_values, DType::bfloat16), device, &p.queries));
   DSA_RETURN_IF_ERROR(Buffer::allocate(bytes(rows * shape.heads, DType::bfloat16), device, &p.head_gate));
-  DSA_RETURN_IF_ERROR(Buffer::allocate(bytes(query_values, DType::float8_e4m3), device, &p.q_fp8));
+  // fp8: a byte a value; fp4: a byte per two values, plus a scale word per (row, head).
+  DSA_RETURN_IF_ERROR(Buffer::allocate(bytes(shape.fp4() ? query_values / 2 : query_values, DType::uint8), device,
+                                       &p.q_codes));
+  DSA_RETURN_IF_ERROR(Buffer::allocate(bytes(shape.fp4() ? rows * shape.heads : 0, DType::int32), device, &p.q_scales));
   DSA_RETURN_IF_ERROR(Buffer::allocate(bytes(rows * shape.heads, DType::float32), device, &p.weights));
   DSA_RETURN_IF_ERROR(Buffer::allocate(bytes(shape.batch, DType::int32), device, &p.prefix_lens));
   DSA_RETURN_IF_ERROR(Buffer::allocate(bytes(rows, DType::int32), device, &p.context_lens));
@@ -65,12 +68,19 @@ dsa::Status Pipeline::upload_queries(const HostInputs& inputs) {
 
 // The 2-D view: the calls give the page size in their options.
 dsa::TensorView Pipeline::cache_view_of(const Buffer& memory) const {
-  return memory.view(dsa::DType::uint8,
-                     {num_pages_, dsa::KeyCacheLayout{shape_.head_dim, shape_.page_tokens}.min_page_bytes()});
+  return memory.view(dsa::DType::uint8, {num_pages_, shape_.cache_layout().min_page_bytes()});
 }
 
-dsa::TensorView Pipeline::q_fp8_view() const {
-  return q_fp8.view(dsa::DType::float8_e4m3, {shape_.batch, shape_.next_n, shape_.heads, shape_.head_dim});
+dsa::TensorView Pipeline::q_view() const {
+  if (shape_.fp4()) {
+    return q_codes.view(dsa::DType::uint8, {shape_.batch, shape_.next_n, shape_.heads, shape_.head_dim / 2});
+  }
+  return q_codes.view(dsa::DType::float8_e4m3, {shape_.batch, shape_.next_n, shape_.heads, shape_.head_dim});
+}
+
+dsa::TensorView Pipeline::q_block_scales_view() const {
+  if (!shape_.fp4()) return {};
+  return q_scales.view(dsa::DType::int32, {shape_.batch, shape_.next_n, shape_.heads});
 }
 
 dsa::TensorView Pipeline::weights_view() const {
@@ -97,15 +107,17 @@ dsa::TensorView Pipeline::logits_view_of(const Buffer& memory) const {
 dsa::Status Pipeline::run_store_keys(const dsa::ExecContext& ctx) const {
   dsa::StoreKeysOptions options;
   options.page_size = shape_.page_tokens;
+  options.key_format = shape_.key_format;
   return dsa::store_index_keys(keys.view(dsa::DType::bfloat16, {num_tokens_, shape_.head_dim}),
                                slots.view(dsa::DType::int32, {num_tokens_}), cache_view(), options, ctx);
 }
 
 dsa::Status Pipeline::run_quantize(const dsa::ExecContext& ctx) const {
-  return dsa::quantize_queries(
-      queries.view(dsa::DType::bfloat16, {shape_.batch, shape_.next_n, shape_.heads, shape_.head_dim}),
-      head_gate.view(dsa::DType::bfloat16, {shape_.rows(), shape_.heads}), q_fp8_view(), weights_view(), {},
-      ctx);
+  const dsa::TensorView q =
+      queries.view(dsa::DType::bfloat16, {shape_.batch, shape_.next_n, shape_.heads, shape_.head_dim});
+  const dsa::TensorView gate = head_gate.view(dsa::DType::bfloat16, {shape_.rows(), shape_.heads});
+  if (shape_.fp4()) return dsa::quantize_queries_fp4(q, gate, q_view(), q_block_scales_view(), weights_view(), {}, ctx);
+  return dsa::quantize_queries(q, gate, q_view(), weights_view(), {}, ctx);
 }
 
 dsa::Status Pipeline::run_lengths(const dsa::ExecContext& ctx) const {
@@ -124,7 +136,9 @@ dsa::Status Pipeline::run_logits(dsa::LogitsPath path, const Buffer& schedule_me
   dsa::LogitsOptions options;
   options.path = path;
   options.page_size = shape_.page_tokens;
-  return dsa::paged_mqa_logits(q_fp8_view(), cache_in, weights_view(), context_lens_view(), block_table_view(),
+  options.key_format = shape_.key_format;
+  options.q_block_scales = q_block_scales_view();
+  return dsa::paged_mqa_logits(q_view(), cache_in, weights_view(), context_lens_view(), block_table_view(),
                                schedule_memory.view(dsa::DType::int32, {num_workers_ + 1, 2}), max_context_len_,
                                logits_view(), options, ctx);
 }
@@ -148,7 +162,9 @@ dsa::Status Pipeline::run_index_topk(dsa::LogitsPath path, const Buffer& schedul
   options.path = path;
   options.strategy = strategy;
   options.page_size = shape_.page_tokens;
-  return dsa::index_topk(q_fp8_view(), cache_in, weights_view(), context_lens_view(), block_table_view(),
+  options.key_format = shape_.key_format;
+  options.q_block_scales = q_block_scales_view();
+  return dsa::index_topk(q_view(), cache_in, weights_view(), context_lens_view(), block_table_view(),
                          schedule_memory.view(dsa::DType::int32, {num_workers_ + 1, 2}), max_context_len_,
                          dsa::TensorView{}, fused_indices.view(dsa::DType::int32, {shape_.rows(), k_}), options,
                          ctx);

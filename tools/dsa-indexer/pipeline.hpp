@@ -42,7 +42,10 @@ class Pipeline {
 
   dsa::TensorView cache_view() const { return cache_view_of(cache); }
   dsa::TensorView cache_view_of(const Buffer& memory) const;
-  dsa::TensorView q_fp8_view() const;
+  // fp8 queries [B, next_n, H, D], or fp4 codes [B, next_n, H, D / 2] with
+  // their block scales q_block_scales_view() (empty for fp8).
+  dsa::TensorView q_view() const;
+  dsa::TensorView q_block_scales_view() const;
   dsa::TensorView weights_view() const;
   dsa::TensorView context_lens_view() const;
   dsa::TensorView block_table_view() const;
@@ -55,7 +58,7 @@ class Pipeline {
   std::int64_t max_context_len() const { return max_context_len_; }
   std::int64_t logits_stride() const { return logits_stride_; }
 
-  Buffer keys, slots, cache, queries, head_gate, q_fp8, weights;
+  Buffer keys, slots, cache, queries, head_gate, q_codes, q_scales, weights;
   Buffer prefix_lens, context_lens, block_table, schedule, logits, indices, fused_indices;
 
  private:

@@ -40,9 +40,11 @@ dsa::Status reference_logits_slice(const Pipeline& ref, std::int64_t first, std:
   const std::int64_t requests = last - first;
   const std::int64_t first_row = first * shape.next_n;
   const std::int64_t max_blocks = ref.block_table_view().size(1);
+  const dsa::TensorView all_q = ref.q_view();  // contiguous: the slice starts first_row * H rows in
+  const std::int64_t q_row_bytes = all_q.size(3);
   const dsa::TensorView q = dsa::make_view(
-      static_cast<std::uint8_t*>(ref.q_fp8.data()) + first_row * shape.heads * shape.head_dim,
-      dsa::DType::float8_e4m3, {requests, shape.next_n, shape.heads, shape.head_dim});
+      static_cast<std::uint8_t*>(ref.q_codes.data()) + first_row * shape.heads * q_row_bytes, all_q.dtype,
+      {requests, shape.next_n, shape.heads, q_row_bytes});
   const dsa::TensorView weights = dsa::make_view(
       static_cast<float*>(ref.weights.data()) + first_row * shape.heads, dsa::DType::float32,
       {requests * shape.next_n, shape.heads});
@@ -60,6 +62,12 @@ dsa::Status reference_logits_slice(const Pipeline& ref, std::int64_t first, std:
   dsa::LogitsOptions options;
   options.path = dsa::LogitsPath::native;
   options.page_size = shape.page_tokens;
+  options.key_format = shape.key_format;
+  if (shape.fp4()) {
+    options.q_block_scales =
+        dsa::make_view(static_cast<std::int32_t*>(ref.q_scales.data()) + first_row * shape.heads, dsa::DType::int32,
+                       {requests, shape.next_n, shape.heads});
+  }
   return dsa::paged_mqa_logits(q, ref.cache_view(), weights, lengths, block_table, schedule,
                                ref.max_context_len(), logits, options, ctx);
 }
@@ -116,6 +124,7 @@ dsa::Status execute_run(const Options& options, std::FILE* text, Json* document,
   shape.spread = options.spread;
   shape.seed = options.seed;
   shape.page_tokens = options.page_size;
+  shape.key_format = options.key_format;
   const int k = options.k;
   const int iters = options.iters.value_or(gpu ? kGpuIters : kCpuIters);
   const int warmup = gpu ? kGpuWarmup : 0;  // the CPU was just warmed by the checked pass
@@ -169,6 +178,7 @@ dsa::Status execute_run(const Options& options, std::FILE* text, Json* document,
   shape_json.set("max_context_len", layout.max_context_len);
   shape_json.set("num_pages", layout.num_pages);
   shape_json.set("page_size", shape.page_tokens);
+  shape_json.set("key_format", dsa::key_format_name(shape.key_format));
   shape_json.set("page_order", "random permutation");
   shape_json.set("path", dsa::logits_path_name(path));
   shape_json.set("num_workers", workers);
@@ -177,11 +187,11 @@ dsa::Status execute_run(const Options& options, std::FILE* text, Json* document,
                dsa::backend_name(target.backend), device_text.c_str());
   std::fprintf(text,
                "workload: B=%lld next_n=%d H=%d D=%d k=%d; causal lengths avg %lld +-%s (max %lld); "
-               "%lld pages of %d tokens, random order; %s path, %d workers\n",
+               "%lld pages of %d tokens (%s keys), random order; %s path, %d workers\n",
                static_cast<long long>(shape.batch), shape.next_n, shape.heads, shape.head_dim, k,
                static_cast<long long>(shape.avg_context), percent_text(shape.spread).c_str(),
                static_cast<long long>(layout.max_context_len), static_cast<long long>(layout.num_pages),
-               shape.page_tokens, dsa::logits_path_name(path), workers);
+               shape.page_tokens, dsa::key_format_name(shape.key_format), dsa::logits_path_name(path), workers);
 
   dsa::IndexTopkStrategy strategy = dsa::IndexTopkStrategy::fused;
   const std::vector<Stage> stages = {
@@ -220,11 +230,14 @@ dsa::Status execute_run(const Options& options, std::FILE* text, Json* document,
   // Timing: every stage repeated on the outputs of the previous ones.
   DSA_RETURN_IF_ERROR(time_stages(stages, gpu, ctx, warmup, iters, text, document));
 
-  std::vector<std::uint8_t> cache_bytes, q_bytes;
+  std::vector<std::uint8_t> cache_bytes, q_bytes, q_scale_bytes;
   std::vector<float> weights, logits;
   std::vector<std::int32_t> lengths, schedule, indices, fused;
   DSA_RETURN_IF_ERROR(download(pipeline.cache, &cache_bytes));
-  DSA_RETURN_IF_ERROR(download(pipeline.q_fp8, &q_bytes));
+  DSA_RETURN_IF_ERROR(download(pipeline.q_codes, &q_bytes));
+  DSA_RETURN_IF_ERROR(download(pipeline.q_scales, &q_scale_bytes));
+  // fp4 queries: their codes and block scales compared as one byte string.
+  q_bytes.insert(q_bytes.end(), q_scale_bytes.begin(), q_scale_bytes.end());
   DSA_RETURN_IF_ERROR(download(pipeline.weights, &weights));
   DSA_RETURN_IF_ERROR(download(pipeline.context_lens, &lengths));
   DSA_RETURN_IF_ERROR(download(pipeline.schedule, &schedule));
@@ -256,7 +269,11 @@ dsa::Status execute_run(const Options& options, std::FILE* text, Json* document,
                 ref_ctx)));
 
   const auto* ref_cache = static_cast<const std::uint8_t*>(ref.cache.data());
-  const auto* ref_q = static_cast<const std::uint8_t*>(ref.q_fp8.data());
+  std::vector<std::uint8_t> ref_q_bytes, ref_q_scale_bytes;
+  DSA_RETURN_IF_ERROR(download(ref.q_codes, &ref_q_bytes));
+  DSA_RETURN_IF_ERROR(download(ref.q_scales, &ref_q_scale_bytes));
+  ref_q_bytes.insert(ref_q_bytes.end(), ref_q_scale_bytes.begin(), ref_q_scale_bytes.end());
+  const auto* ref_q = ref_q_bytes.data();
   const auto* ref_lengths = static_cast<const std::int32_t*>(ref.context_lens.data());
   const auto* ref_schedule = static_cast<const std::int32_t*>(ref.schedule.data());
   const auto* ref_logits = static_cast<const float*>(ref.logits.data());
@@ -274,7 +291,7 @@ dsa::Status execute_run(const Options& options, std::FILE* text, Json* document,
   }
   {
     const ByteComparison q = compare_bytes(q_bytes.data(), ref_q, static_cast<std::int64_t>(q_bytes.size()));
-    checks.add("fp8 queries", q.passed(),
+    checks.add(shape.fp4() ? "fp4 queries" : "fp8 queries", q.passed(),
                q.passed() ? format("bit-exact (%zu bytes)", q_bytes.size())
                           : format("%lld bytes differ, first at byte %lld", static_cast<long long>(q.mismatches),
                                    static_cast<long long>(q.first_mismatch)));

@@ -86,8 +86,8 @@ std::uint16_t float_to_bf16(float value) {
   return static_cast<std::uint16_t>((bits + rounding) >> 16);
 }
 
-std::int64_t WorkloadLayout::cache_bytes(int head_dim) const {
-  return num_pages * dsa::KeyCacheLayout{head_dim, page_tokens}.min_page_bytes();
+std::int64_t WorkloadLayout::cache_bytes(const WorkloadShape& shape) const {
+  return num_pages * shape.cache_layout().min_page_bytes();
 }
 
 std::vector<std::int32_t> varied_lengths(std::int64_t count, std::int64_t average, double spread,
@@ -201,7 +201,7 @@ HostInputs make_host_inputs(const WorkloadShape& shape, const WorkloadLayout& la
 
 Traffic traffic_of(const WorkloadShape& shape, const WorkloadLayout& layout) {
   Traffic traffic;
-  const double token_bytes = shape.head_dim + 4.0;
+  const auto token_bytes = static_cast<double>(shape.cache_layout().token_bytes());
   for (std::int64_t b = 0; b < shape.batch; ++b) {
     traffic.native_bytes += token_bytes * static_cast<double>(request_max_len(layout, b, shape.next_n));
     for (int j = 0; j < shape.next_n; ++j) {

@@ -20,8 +20,13 @@ struct WorkloadShape {
   double spread = 0.3;              // lengths uniform in +-spread around the average
   std::uint64_t seed = 1;
   int page_tokens = dsa::kDefaultPageTokens;  // tokens per cache page P: 32 or 64
+  // fp8_e4m3, or fp4_e2m1 for fp4 keys and fp4 queries.
+  dsa::KeyFormat key_format = dsa::KeyFormat::fp8_e4m3;
 
   std::int64_t rows() const { return batch * next_n; }
+  bool fp4() const { return key_format == dsa::KeyFormat::fp4_e2m1; }
+  // The byte layout of the shape's cache pages.
+  dsa::KeyCacheLayout cache_layout() const { return {head_dim, page_tokens, key_format}; }
 };
 
 // Lengths and the paged layout, shared by every input set of a workload.
@@ -38,7 +43,7 @@ struct WorkloadLayout {
   std::vector<std::int32_t> slot_mapping;
 
   std::int64_t num_tokens() const { return static_cast<std::int64_t>(slot_mapping.size()); }
-  std::int64_t cache_bytes(int head_dim) const;  // num_pages * P * (D + 4)
+  std::int64_t cache_bytes(const WorkloadShape& shape) const;  // num_pages * P * W
 };
 
 // `count` lengths drawn uniformly from [average * (1 - spread), average *
@@ -72,7 +77,7 @@ HostInputs make_host_queries(const WorkloadShape& shape);
 std::uint16_t float_to_bf16(float value);
 
 // Bytes and FLOPs of one paged_mqa_logits call (see DESIGN.md, "Measuring
-// performance"): keys (D + 4 bytes a token) read once per request on the
+// performance"): keys (W = D + 4 bytes a token, D / 2 + 4 for fp4) read once per request on the
 // native path and once per row on the per-token path, 4 bytes of logits
 // written per row and valid position, 2 * H * D FLOPs per row and position.
 struct Traffic {

@@ -1,6 +1,6 @@
 """DeepGEMM-compatible entry points: the names, arguments, defaults, shapes and results of
 DeepGEMM's paged indexer functions, for every next_n (DeepGEMM's Hopper kernel serves
-next_n <= 2 only) and for caches of 64- or 32-token pages.
+next_n <= 2 only), for caches of 64- or 32-token pages and for fp8 or fp4 queries and keys.
 
     num_sms = get_num_sms()
     schedule = get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms)
@@ -12,11 +12,16 @@ fp8_paged_mqa_logits is the legacy name: the same function, with q itself instea
 pair (q, None).
 
   q               float8_e4m3fn [B, next_n, H, D] (or uint8 holding its bytes); the current
-                  name takes the pair (q, None): FP4 queries (q_fp4, q_sf) are not
-                  supported yet (NotImplementedError)
-  kv_cache        uint8 [num_blocks, block_kv, 1, D + 4], block_kv 64 or 32 (per block:
-                  fp8 keys, then fp32 scales); the page size is read from this view
-  weights         float32 [B * next_n, H]
+                  name takes the pair (q, None), or FP4 queries as the pair (q_fp4, q_sf):
+                  q_fp4 packed e2m1 codes uint8 or int8 [B, next_n, H, 64] (element 2i in
+                  the low nibble), q_sf int32 [B, next_n, H] (four ue8m0 block scales,
+                  block 0 in the lowest byte); D = 128
+  kv_cache        uint8 [num_blocks, block_kv, 1, W], block_kv 64 or 32: W = D + 4 for fp8
+                  keys (per block: fp8 keys, then fp32 scales) or D / 2 + 4 = 68 for fp4
+                  keys (per block: packed e2m1 codes, then the ue8m0 scale words); the
+                  page size and key format are read from this view
+  weights         float32 [B * next_n, H] (the fp8 query scale folded in; FP4 queries carry
+                  their scales in q_sf)
   context_lens    int32 [B, next_n] (row j of request b sees positions < L[b, j]), or
                   the legacy int32 [B] (row j sees positions <= len_b - next_n + j)
   block_table     int32 [B, max_blocks] of block_kv-token blocks
@@ -33,10 +38,12 @@ Prefill scoring over a contiguous key run (dsa_indexer.mqa_logits):
                                 clean_logits=True, max_seqlen_k=0)
 
   q               float8_e4m3fn [S, H, D] (fp8_mqa_logits) or the pair (q, None)
-                  (fp8_fp4_mqa_logits; FP4 queries raise NotImplementedError)
-  kv              the pair (keys float8_e4m3fn [S_kv, D], key_scales float32 [S_kv]);
-                  FP4 keys (packed keys with integer scale factors) raise
-                  NotImplementedError
+                  (fp8_fp4_mqa_logits, which also takes FP4 queries (q_fp4 uint8 or int8
+                  [S, H, 64], q_sf int32 [S, H]), packed as for the paged form)
+  kv              the pair (keys float8_e4m3fn [S_kv, D], key_scales float32 [S_kv]), or
+                  for fp8_fp4_mqa_logits FP4 keys (keys uint8 or int8 [S_kv, 64] packed
+                  e2m1 codes, key_scales int32 [S_kv] ue8m0 block-scale words);
+                  fp8_mqa_logits refuses FP4 keys (NotImplementedError)
   weights         float32 [S, H]
   cu_seq_len_k_start, cu_seq_len_k_end   int32 [S]: row i scores keys [start, end)
   max_seqlen_k    0: logits [S, S_kv], key j at column j; > 0: compressed logits
@@ -112,7 +119,7 @@ def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms, indices=None)
 
 
 def _paged_mqa_logits(op, q, kv_cache, weights, context_lens, block_table, schedule_meta,
-                      max_context_len, clean_logits, logits_dtype):
+                      max_context_len, clean_logits, logits_dtype, q_block_scales=None):
     out_dtype = _logits_dtype_name(op, logits_dtype)
     if _is_legacy(context_lens):
         lens = ops.legacy_context_lens(context_lens, q.shape[1])
@@ -122,30 +129,48 @@ def _paged_mqa_logits(op, q, kv_cache, weights, context_lens, block_table, sched
         path = "auto"
     return ops.paged_mqa_logits(q, kv_cache, weights, lens, block_table, max_context_len,
                                 schedule_meta, clean_logits=bool(clean_logits), path=path,
-                                out_dtype=out_dtype)
+                                q_block_scales=q_block_scales, out_dtype=out_dtype)
 
 
-def _fp8_query(op, q, shape):
-    """q_fp8 of the fp8_fp4 entry points' pair (q_fp8, None); FP4 queries are refused."""
+def _fp4_codes(op, arg, codes, shape):
+    """Packed e2m1 codes as the uint8 bytes the library reads (int8 and PyTorch's
+    float4_e2m1fn_x2 hold the same bytes)."""
+    dtype = getattr(codes, "dtype", None)
+    if torch is not None and isinstance(codes, torch.Tensor):
+        if dtype == torch.uint8:
+            return codes
+        if dtype == torch.int8 or dtype == getattr(torch, "float4_e2m1fn_x2", None):
+            return codes.view(torch.uint8)
+    elif str(dtype) == "uint8":
+        return codes
+    elif str(dtype) == "int8":
+        return codes.view("uint8")
+    raise TypeError(f"{op}: {arg}: must hold packed e2m1 codes as uint8 or int8 {shape}, got "
+                    f"dtype {dtype}")
+
+
+def _query_pair(op, q, shape):
+    """(q, q_block_scales) of the fp8_fp4 names' pair: (q_fp8, None) or (q_fp4 codes, q_sf)."""
     if not isinstance(q, (tuple, list)) or len(q) != 2:
-        raise TypeError(f"{op}: q: expected the pair (q_fp8, None), got {type(q).__name__}")
-    if q[1] is not None:
-        raise NotImplementedError(
-            f"{op}: q: FP4 queries (q_fp4, q_sf) are not supported yet; pass (q_fp8, None) "
-            f"with float8_e4m3fn queries {shape}")
-    return q[0]
+        raise TypeError(f"{op}: q: expected the pair (q_fp8, None) or (q_fp4, q_sf), got "
+                        f"{type(q).__name__}")
+    values, q_sf = q
+    if q_sf is None:
+        return values, None
+    return _fp4_codes(op, "q", values, shape), q_sf
 
 
 def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta,
                              max_context_len, clean_logits=False, logits_dtype=_FLOAT32,
                              indices=None):
-    """Paged MQA logits [B * next_n, max_context_len] of q = (q_fp8, None) (see the module
-    docstring)."""
+    """Paged MQA logits [B * next_n, max_context_len] of q = (q_fp8, None) or
+    (q_fp4, q_sf) (see the module docstring)."""
     op = "fp8_fp4_paged_mqa_logits"
-    q_fp8 = _fp8_query(op, q, "[B, next_n, H, D]")
+    q_values, q_sf = _query_pair(op, q, "[B, next_n, H, 64]")
     _refuse_indices(op, indices)
-    return _paged_mqa_logits(op, q_fp8, kv_cache, weights, context_lens, block_table,
-                             schedule_meta, max_context_len, clean_logits, logits_dtype)
+    return _paged_mqa_logits(op, q_values, kv_cache, weights, context_lens, block_table,
+                             schedule_meta, max_context_len, clean_logits, logits_dtype,
+                             q_block_scales=q_sf)
 
 
 def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta,
@@ -156,39 +181,47 @@ def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedu
                              logits_dtype)
 
 
-def _key_pair(op, kv):
-    """(keys, key_scales) of DeepGEMM's kv pair; FP4 keys are refused."""
+def _is_int32(array):
+    dtype = getattr(array, "dtype", None)
+    return (torch is not None and dtype == torch.int32) or str(dtype) == "int32"
+
+
+def _key_pair(op, kv, fp4_allowed):
+    """(keys, key_scales) of DeepGEMM's kv pair: fp8 keys with float32 scales, or (where
+    fp4_allowed) packed fp4 keys with int32 scale words."""
     if not isinstance(kv, (tuple, list)) or len(kv) != 2:
         raise TypeError(f"{op}: kv: expected the pair (keys float8_e4m3fn [S_kv, D], "
                         f"key_scales float32 [S_kv]), got {type(kv).__name__}")
     keys, scales = kv
-    if torch is not None and (getattr(keys, "dtype", None) == torch.int8
-                              or getattr(scales, "dtype", None) in (torch.int32, torch.uint8)):
+    fp4 = _is_int32(scales) or (torch is not None and getattr(keys, "dtype", None) == torch.int8)
+    if fp4 and not fp4_allowed:
         raise NotImplementedError(
-            f"{op}: kv: FP4 keys (packed keys with integer scale factors) are not supported "
-            f"yet; pass (keys float8_e4m3fn [S_kv, D], key_scales float32 [S_kv])")
-    return keys, scales
+            f"{op}: kv: FP4 keys (packed keys with integer scale factors) are fp8_fp4_mqa_logits'; "
+            f"pass (keys float8_e4m3fn [S_kv, D], key_scales float32 [S_kv])")
+    return (_fp4_codes(op, "kv", keys, "[S_kv, 64]") if fp4 else keys), scales
 
 
-def _mqa_logits(op, q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits,
+def _mqa_logits(op, q, q_sf, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits,
                 max_seqlen_k, logits_dtype):
     out_dtype = _logits_dtype_name(op, logits_dtype)
-    keys, scales = _key_pair(op, kv)
+    keys, scales = _key_pair(op, kv, fp4_allowed=op == "fp8_fp4_mqa_logits")
     max_seqlen_k = int(max_seqlen_k)
     if max_seqlen_k < 0:
         raise ValueError(f"{op}: max_seqlen_k: must be >= 0 (0: logits [S, S_kv]), got "
                          f"{max_seqlen_k}")
     return ops.mqa_logits(q, keys, scales, weights, cu_seq_len_k_start, cu_seq_len_k_end,
                           clean_logits=bool(clean_logits), compressed=max_seqlen_k > 0,
-                          max_seqlen_k=max_seqlen_k, out_dtype=out_dtype)
+                          max_seqlen_k=max_seqlen_k, q_block_scales=q_sf, out_dtype=out_dtype)
 
 
 def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True,
                        max_seqlen_k=0, logits_dtype=_FLOAT32):
-    """MQA logits of q = (q_fp8, None) against kv = (keys, key_scales), row i over the keys
-    [cu_seq_len_k_start[i], cu_seq_len_k_end[i]) (see the module docstring)."""
+    """MQA logits of q = (q_fp8, None) or (q_fp4, q_sf) against kv = (keys, key_scales) of
+    fp8 or fp4 keys, row i over the keys [cu_seq_len_k_start[i], cu_seq_len_k_end[i]) (see
+    the module docstring)."""
     op = "fp8_fp4_mqa_logits"
-    return _mqa_logits(op, _fp8_query(op, q, "[S, H, D]"), kv, weights, cu_seq_len_k_start, cu_seq_len_k_end,
+    q_values, q_sf = _query_pair(op, q, "[S, H, 64]")
+    return _mqa_logits(op, q_values, q_sf, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end,
                        clean_logits, max_seqlen_k, logits_dtype)
 
 
@@ -196,5 +229,5 @@ def fp8_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_l
                    max_seqlen_k=0):
     """float32 MQA logits of q float8_e4m3fn [S, H, D] against kv = (keys, key_scales) (see
     the module docstring)."""
-    return _mqa_logits("fp8_mqa_logits", q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end,
-                       clean_logits, max_seqlen_k, "float32")
+    return _mqa_logits("fp8_mqa_logits", q, None, kv, weights, cu_seq_len_k_start,
+                       cu_seq_len_k_end, clean_logits, max_seqlen_k, "float32")

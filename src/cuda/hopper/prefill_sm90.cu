@@ -68,8 +68,8 @@ bool aligned16(const void* pointer) { return reinterpret_cast<std::uintptr_t>(po
 }  // namespace
 
 bool supports_mqa_logits(const MqaLogitsProblem& p) {
-  return (p.heads == 32 || p.heads == 64) && p.head_dim == kHeadDim && p.num_keys > 0 && aligned16(p.q) &&
-         aligned16(p.keys);
+  return !p.fp4_queries() && !p.fp4_keys() && (p.heads == 32 || p.heads == 64) && p.head_dim == kHeadDim &&
+         p.num_keys > 0 && aligned16(p.q) && aligned16(p.keys);
 }
 
 Status mqa_logits(const MqaLogitsProblem& p, const ExecContext& ctx) {

@@ -1,0 +1,233 @@
+// The fp4 key and query formats on the CUDA backends: store_index_keys and
+// quantize_queries_fp4 bit for bit against the independent quantizer, and
+// paged_mqa_logits with fp4 keys or queries on the generic kernels (which
+// Backend::automatic picks for fp4) and mqa_logits with fp4 queries and keys
+// against the float64 reference.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/fp4_reference.hpp"
+#include "gpu/gpu_test_support.hpp"
+
+namespace dsa_test::gpu {
+namespace {
+
+using dsa::Backend;
+using dsa::DType;
+
+constexpr int kD = 128;
+
+class GpuFp4Store : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(GpuFp4Store, BitExactWithTheIndependentQuantizer) {
+  DSA_REQUIRE_GPU();
+  const auto [page_tokens, bf16] = GetParam();
+  const std::int64_t tokens = 150, num_pages = 320 / page_tokens;
+  Rng rng(page_tokens + (bf16 ? 1 : 0));
+  std::vector<float> keys(static_cast<std::size_t>(tokens * kD));
+  for (std::int64_t t = 0; t < tokens; ++t) random_vector(rng, keys.data() + t * kD, kD);
+  std::vector<std::uint16_t> keys_bf16(keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    keys_bf16[i] = bf16_encode(keys[i]);
+    if (bf16) keys[i] = bf16_decode(keys_bf16[i]);
+  }
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(tokens));
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    slots[static_cast<std::size_t>(t)] = t % 11 == 0 ? -1 : (t * 37) % (num_pages * page_tokens);
+  }
+  Fp4CacheGeometry geometry{num_pages, std::int64_t{page_tokens} * 68 + 16, page_tokens};
+  std::vector<std::uint8_t> expected(static_cast<std::size_t>(num_pages * geometry.page_stride), 0x3C);
+  const dsa::DeviceBuffer cache = device_copy(expected);
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    const std::int64_t slot = slots[static_cast<std::size_t>(t)];
+    if (slot < 0) continue;
+    const std::uint32_t word = fp4_quantize(keys.data() + t * kD, kD, expected.data() + geometry.code_byte(slot));
+    std::memcpy(expected.data() + geometry.word_byte(slot), &word, sizeof word);
+  }
+  const dsa::DeviceBuffer keys_device = bf16 ? device_copy(keys_bf16) : device_copy(keys);
+  const dsa::DeviceBuffer slots_device = device_copy(slots);
+  GpuContext gpu(Backend::cuda_generic, 0);
+  gpu.ctx.check_device_errors = true;
+  dsa::StoreKeysOptions options;
+  options.page_size = page_tokens;
+  options.key_format = dsa::KeyFormat::fp4_e2m1;
+  DSA_GPU_ASSERT_OK(dsa::store_index_keys(device_view(keys_device, bf16 ? DType::bfloat16 : DType::float32, {tokens, kD}),
+                                          device_view(slots_device, DType::int64, {tokens}),
+                                          device_view(cache, DType::uint8, {num_pages, geometry.page_stride}),
+                                          options, gpu.ctx));
+  const std::vector<std::uint8_t> got = host_copy<std::uint8_t>(cache);
+  ASSERT_EQ(got.size(), expected.size());
+  for (std::size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], expected[i]) << "cache byte " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, GpuFp4Store,
+                         ::testing::Combine(::testing::Values(64, 32), ::testing::Values(false, true)));
+
+TEST(GpuFp4QuantizeQueries, BitExactWithTheIndependentQuantizer) {
+  DSA_REQUIRE_GPU();
+  const Workload w = make_workload(WorkloadSpec{.batch = 3, .next_n = 2, .heads = 16, .seed = 9});
+  const Fp4Queries want = fp4_queries_of(w);
+  const dsa::DeviceBuffer q = device_copy(w.q);
+  const dsa::DeviceBuffer gate = device_copy(w.head_gate);
+  const dsa::DeviceBuffer codes = device_filled(want.codes.size(), 0xEE);
+  const dsa::DeviceBuffer scales = device_filled(want.scales.size() * 4, 0xEE);
+  const dsa::DeviceBuffer weights = device_filled(want.weights.size() * 4, 0xEE);
+  GpuContext gpu(Backend::cuda_generic, 0);
+  dsa::QuantizeQueriesOptions options;
+  options.weight_scale = default_weight_scale(w.heads, kD);
+  DSA_GPU_ASSERT_OK(dsa::quantize_queries_fp4(
+      device_view(q, DType::float32, {w.batch, w.next_n, w.heads, kD}),
+      device_view(gate, DType::float32, {w.rows(), w.heads}),
+      device_view(codes, DType::uint8, {w.batch, w.next_n, w.heads, kD / 2}),
+      device_view(scales, DType::int32, {w.batch, w.next_n, w.heads}),
+      device_view(weights, DType::float32, {w.rows(), w.heads}), options, gpu.ctx));
+  DSA_GPU_ASSERT_OK(gpu.sync());
+  EXPECT_EQ(host_copy<std::uint8_t>(codes), want.codes);
+  EXPECT_EQ(host_copy<std::int32_t>(scales), want.scales);
+  EXPECT_EQ(host_copy<float>(weights), want.weights);
+}
+
+struct Fp4GpuCase {
+  WorkloadSpec spec;
+  bool fp4_queries;
+  Backend backend;
+};
+
+class GpuFp4Logits : public ::testing::TestWithParam<Fp4GpuCase> {};
+
+TEST_P(GpuFp4Logits, MatchesTheFloat64Reference) {
+  DSA_REQUIRE_GPU();
+  const Fp4GpuCase c = GetParam();
+  const Workload w = make_workload(c.spec);
+  Fp4Cache cache = fp4_cache_of(w);
+  Fp4Queries queries = fp4_queries_of(w);
+  const DeviceWorkload dw(w);
+  const dsa::DeviceBuffer cache_device = device_copy(cache.bytes);
+  const dsa::DeviceBuffer codes = device_copy(queries.codes);
+  const dsa::DeviceBuffer scales = device_copy(queries.scales);
+  const dsa::DeviceBuffer fp4_weights = device_copy(queries.weights);
+  GpuContext gpu(c.backend, 0);
+  gpu.ctx.check_device_errors = true;
+  const int workers = dsa::default_num_workers(kGpu, gpu.ctx);
+  const dsa::LogitsPath path = dsa::resolve_logits_path(dsa::LogitsPath::automatic, w.next_n, w.heads, kGpu, gpu.ctx);
+  const dsa::DeviceBuffer schedule = plan_on_device(dw, workers, path, gpu.ctx);
+  const std::int64_t stride = w.max_context_len + 3;
+  const dsa::DeviceBuffer logits = device_filled(static_cast<std::size_t>(w.rows() * stride * 4), 0xFF);
+  const Fp4CacheGeometry& g = cache.geometry;
+  dsa::LogitsOptions options;
+  options.clean_logits = true;
+  const dsa::TensorView q = c.fp4_queries ? device_view(codes, DType::uint8, {w.batch, w.next_n, w.heads, kD / 2})
+                                          : dw.q_view();
+  if (c.fp4_queries) options.q_block_scales = device_view(scales, DType::int32, {w.batch, w.next_n, w.heads});
+  DSA_GPU_ASSERT_OK(dsa::paged_mqa_logits(
+      q, device_view(cache_device, DType::uint8, {g.num_pages, g.page_tokens, 1, 68}, {g.page_stride, 68, 68, 1}),
+      c.fp4_queries ? device_view(fp4_weights, DType::float32, {w.rows(), w.heads}) : dw.weights_view(),
+      dw.lens_view(), dw.block_table_view(), schedule_view(schedule), w.max_context_len,
+      device_view(logits, DType::float32, {w.rows(), w.max_context_len}, {stride, 1}), options, gpu.ctx));
+  EXPECT_TRUE(logits_match(w, fp4_reference_logits(w, cache, c.fp4_queries ? &queries : nullptr),
+                           host_copy<std::uint8_t>(logits), DType::float32, stride, true,
+                           logits_tolerance(Backend::cuda_generic)));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, GpuFp4Logits,
+    ::testing::Values(Fp4GpuCase{WorkloadSpec{.batch = 3, .next_n = 1, .max_prefix = 700}, false, Backend::cuda_generic},
+                      Fp4GpuCase{WorkloadSpec{.batch = 2, .next_n = 3, .heads = 5}, false, Backend::cuda_generic},
+                      Fp4GpuCase{WorkloadSpec{.batch = 3, .next_n = 2, .page_tokens = 32}, false, Backend::automatic},
+                      Fp4GpuCase{WorkloadSpec{.batch = 3, .next_n = 2}, true, Backend::automatic},
+                      Fp4GpuCase{WorkloadSpec{.batch = 2, .next_n = 4, .page_tokens = 32}, true, Backend::cuda_generic}));
+
+TEST(GpuFp4Logits, HopperBackendRefusesFp4) {
+  DSA_REQUIRE_GPU();
+  const Workload w = make_workload(WorkloadSpec{.batch = 1, .next_n = 1});
+  Fp4Cache cache = fp4_cache_of(w);
+  const DeviceWorkload dw(w);
+  const dsa::DeviceBuffer cache_device = device_copy(cache.bytes);
+  GpuContext gpu(Backend::cuda_hopper, 0);
+  const dsa::DeviceBuffer schedule = plan_on_device(dw, 4, dsa::LogitsPath::native, gpu.ctx);
+  const dsa::DeviceBuffer logits = device_filled(static_cast<std::size_t>(w.rows() * w.max_context_len * 4), 0xFF);
+  const Fp4CacheGeometry& g = cache.geometry;
+  const dsa::Status status = dsa::paged_mqa_logits(
+      dw.q_view(), device_view(cache_device, DType::uint8, {g.num_pages, g.page_tokens, 1, 68}, {g.page_stride, 68, 68, 1}),
+      dw.weights_view(), dw.lens_view(), dw.block_table_view(), schedule_view(schedule), w.max_context_len,
+      device_view(logits, DType::float32, {w.rows(), w.max_context_len}), {}, gpu.ctx);
+  EXPECT_EQ(status.code(), dsa::ErrorCode::unsupported) << status.to_string();
+  EXPECT_NE(status.message().find("fp8 queries and fp8 keys only"), std::string::npos) << status.to_string();
+}
+
+TEST(GpuFp4Prefill, MatchesTheFloat64Reference) {
+  DSA_REQUIRE_GPU();
+  const std::int64_t rows = 7, heads = 8, num_keys = 300;
+  Rng rng(71);
+  std::vector<float> q(static_cast<std::size_t>(rows * heads * kD)), keys(static_cast<std::size_t>(num_keys * kD));
+  for (std::int64_t v = 0; v < rows * heads; ++v) random_vector(rng, q.data() + v * kD, kD);
+  for (std::int64_t j = 0; j < num_keys; ++j) random_vector(rng, keys.data() + j * kD, kD);
+  std::vector<float> weights(static_cast<std::size_t>(rows * heads));
+  for (float& w : weights) w = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+  std::vector<std::uint8_t> q_codes(static_cast<std::size_t>(rows * heads * kD / 2));
+  std::vector<std::int32_t> q_sf(static_cast<std::size_t>(rows * heads));
+  for (std::int64_t v = 0; v < rows * heads; ++v) {
+    q_sf[static_cast<std::size_t>(v)] = static_cast<std::int32_t>(fp4_quantize(q.data() + v * kD, kD, q_codes.data() + v * kD / 2));
+  }
+  std::vector<std::uint8_t> key_codes(static_cast<std::size_t>(num_keys * kD / 2));
+  std::vector<std::int32_t> key_sf(static_cast<std::size_t>(num_keys));
+  for (std::int64_t j = 0; j < num_keys; ++j) {
+    key_sf[static_cast<std::size_t>(j)] =
+        static_cast<std::int32_t>(fp4_quantize(keys.data() + j * kD, kD, key_codes.data() + j * kD / 2));
+  }
+  std::vector<std::int32_t> ks(static_cast<std::size_t>(rows)), ke(static_cast<std::size_t>(rows));
+  for (std::int64_t i = 0; i < rows; ++i) {
+    ks[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i * 20);
+    ke[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(std::min<std::int64_t>(num_keys, 150 + i * 30));
+  }
+  const dsa::DeviceBuffer q_device = device_copy(q_codes), q_sf_device = device_copy(q_sf);
+  const dsa::DeviceBuffer keys_device = device_copy(key_codes), key_sf_device = device_copy(key_sf);
+  const dsa::DeviceBuffer weights_device = device_copy(weights), ks_device = device_copy(ks), ke_device = device_copy(ke);
+  const dsa::DeviceBuffer logits = device_filled(static_cast<std::size_t>(rows * num_keys * 4), 0xFF);
+  GpuContext gpu(Backend::cuda_generic, 0);
+  gpu.ctx.check_device_errors = true;
+  dsa::MqaLogitsOptions options;
+  options.clean_logits = true;
+  options.q_block_scales = device_view(q_sf_device, DType::int32, {rows, heads});
+  DSA_GPU_ASSERT_OK(dsa::mqa_logits(device_view(q_device, DType::uint8, {rows, heads, kD / 2}),
+                                    device_view(keys_device, DType::uint8, {num_keys, kD / 2}),
+                                    device_view(key_sf_device, DType::int32, {num_keys}),
+                                    device_view(weights_device, DType::float32, {rows, heads}),
+                                    device_view(ks_device, DType::int32, {rows}),
+                                    device_view(ke_device, DType::int32, {rows}),
+                                    device_view(logits, DType::float32, {rows, num_keys}), options, gpu.ctx));
+  const std::vector<float> got = host_copy<float>(logits);
+  for (std::int64_t i = 0; i < rows; ++i) {
+    for (std::int64_t j = 0; j < num_keys; ++j) {
+      const float value = got[static_cast<std::size_t>(i * num_keys + j)];
+      if (j < ks[static_cast<std::size_t>(i)] || j >= ke[static_cast<std::size_t>(i)]) {
+        ASSERT_TRUE(std::isinf(value) && value < 0) << "row " << i << " key " << j;
+        continue;
+      }
+      double want = 0.0, magnitude = 0.0;
+      for (std::int64_t h = 0; h < heads; ++h) {
+        const std::int64_t v = i * heads + h;
+        double dot = 0.0, dot_magnitude = 0.0;
+        for (int d = 0; d < kD; ++d) {
+          const double term =
+              fp4_value(q_codes.data() + v * kD / 2, static_cast<std::uint32_t>(q_sf[static_cast<std::size_t>(v)]), d) *
+              fp4_value(key_codes.data() + j * kD / 2, static_cast<std::uint32_t>(key_sf[static_cast<std::size_t>(j)]), d);
+          dot += term;
+          dot_magnitude += std::fabs(term);
+        }
+        want += weights[static_cast<std::size_t>(v)] * std::fmax(dot, 0.0);
+        magnitude += std::fabs(weights[static_cast<std::size_t>(v)]) * dot_magnitude;
+      }
+      ASSERT_NEAR(value, want, logits_tolerance(Backend::cuda_generic) * magnitude + 1e-30) << "row " << i << " key " << j;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace dsa_test::gpu
