@@ -67,9 +67,12 @@ bool hopper_candidate(Device device, const ExecContext& ctx) {
 // The page size takes no part, so that plan_schedule, which sees no cache,
 // resolves `automatic` as the scoring call does; where the Hopper kernels do
 // not read the cache's pages, the generic kernels serve either path.
+// Rows of uneven requests (request_offsets) run on the generic kernels,
+// which score row tiles natively.
 LogitsPath resolve_path(LogitsPath requested, std::int64_t next_n, std::int64_t heads, int head_dim,
-                        Device device, const ExecContext& ctx) {
+                        Device device, const ExecContext& ctx, bool uneven = false) {
   if (requested != LogitsPath::automatic) return requested;
+  if (uneven) return LogitsPath::native;
   // The CPU and generic CUDA backends score every next_n natively; the Hopper
   // kernels only some, and flatten the rest when their next_n = 1 variant exists.
   if (hopper_candidate(device, ctx) &&
@@ -85,6 +88,12 @@ Status select_scoring_engine(const char* op, const detail::LogitsProblem& p, con
                              Engine* engine) {
   DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, engine));
   if (!is_cuda_engine(*engine)) return Status::success();
+  const bool uneven = p.varlen.offsets != nullptr;
+  if (ctx.backend == Backend::cuda_hopper && uneven) {
+    return {ErrorCode::unsupported,
+            std::string(op) + ": ctx.backend: cuda_hopper does not take request_offsets (requests of uneven "
+                              "row counts); use automatic or cuda_generic"};
+  }
   if (ctx.backend == Backend::cuda_hopper && p.cache.page_tokens != cuda::kHopperPageTokens) {
     return {ErrorCode::unsupported,
             std::string(op) + ": ctx.backend: cuda_hopper reads caches of " +
@@ -92,7 +101,7 @@ Status select_scoring_engine(const char* op, const detail::LogitsProblem& p, con
                 std::to_string(p.cache.page_tokens) + "-token pages; use automatic or cuda_generic"};
   }
   const bool hopper_serves =
-      hopper_candidate(p.device, ctx) && p.cache.page_tokens == cuda::kHopperPageTokens &&
+      !uneven && hopper_candidate(p.device, ctx) && p.cache.page_tokens == cuda::kHopperPageTokens &&
       cuda::hopper_supports_native(p.rows_per_unit(), static_cast<int>(p.heads), p.head_dim);
   if (ctx.backend == Backend::cuda_hopper && !hopper_serves) {
     return {ErrorCode::unsupported,
@@ -221,11 +230,12 @@ int default_num_workers(Device device, const ExecContext& ctx) {
 }
 
 Status plan_schedule(const TensorView& context_lens, int num_workers, LogitsPath path,
-                     const TensorView& schedule, const ExecContext& ctx) {
+                     const TensorView& schedule, const ExecContext& ctx, const TensorView& request_offsets) {
   const char* op = "plan_schedule";
   detail::ScheduleProblem p;
-  DSA_RETURN_IF_ERROR(detail::validate_plan_schedule(context_lens, num_workers, path, schedule, &p));
-  p.path = resolve_path(path, p.next_n, kModelHeads, kModelHeadDim, p.device, ctx);
+  DSA_RETURN_IF_ERROR(
+      detail::validate_plan_schedule(context_lens, num_workers, path, schedule, request_offsets, &p));
+  p.path = resolve_path(path, p.next_n, kModelHeads, kModelHeadDim, p.device, ctx, p.varlen.offsets != nullptr);
   Engine engine;
   DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, &engine));
   if (!is_cuda_engine(engine)) return run_cpu(op, [&] { return cpu::plan_schedule(p, ctx); });
@@ -294,9 +304,12 @@ Status paged_mqa_logits(const TensorView& q, const TensorView& key_cache, const 
   const char* op = "paged_mqa_logits";
   detail::LogitsProblem p;
   DSA_RETURN_IF_ERROR(detail::validate_scoring_inputs(
-      op, {q, key_cache, weights, context_lens, block_table, schedule, max_context_len, options.page_size}, &p));
+      op,
+      {q, key_cache, weights, context_lens, block_table, schedule, max_context_len, options.page_size,
+       options.request_offsets},
+      &p));
   DSA_RETURN_IF_ERROR(detail::validate_logits_output(logits, options, &p));
-  p.path = resolve_path(options.path, p.next_n, p.heads, p.head_dim, p.device, ctx);
+  p.path = resolve_path(options.path, p.next_n, p.heads, p.head_dim, p.device, ctx, p.varlen.offsets != nullptr);
   Engine engine;
   DSA_RETURN_IF_ERROR(select_scoring_engine(op, p, ctx, &engine));
   if (!is_cuda_engine(engine)) {
@@ -366,15 +379,23 @@ Status index_topk(const TensorView& q, const TensorView& key_cache, const Tensor
   const char* op = "index_topk";
   detail::IndexTopkProblem p;
   DSA_RETURN_IF_ERROR(detail::validate_scoring_inputs(
-      op, {q, key_cache, weights, context_lens, block_table, schedule, max_context_len, options.page_size},
+      op,
+      {q, key_cache, weights, context_lens, block_table, schedule, max_context_len, options.page_size,
+       options.request_offsets},
       &p.logits));
   DSA_RETURN_IF_ERROR(detail::validate_index_topk_outputs(topk_lens, indices, options, &p));
+  const bool uneven = p.logits.varlen.offsets != nullptr;
   p.logits.path = resolve_path(options.path, p.logits.next_n, p.logits.heads, p.logits.head_dim,
-                               p.logits.device, ctx);
+                               p.logits.device, ctx, uneven);
   Engine engine;
   DSA_RETURN_IF_ERROR(select_scoring_engine(op, p.logits, ctx, &engine));
   const bool on_cuda = is_cuda_engine(engine);
   const bool fused = on_cuda ? fused_on_cuda(options.strategy) : fused_on_cpu(options.strategy);
+  if (fused && engine == Engine::cuda_generic && uneven) {
+    return {ErrorCode::unsupported,
+            "index_topk: strategy: the fused pass on CUDA does not take request_offsets (requests of uneven "
+            "row counts); use automatic or logits_then_topk"};
+  }
   if (fused && engine == Engine::cuda_generic) {
     const int page_tokens = p.logits.cache.page_tokens;
     return {ErrorCode::unsupported,

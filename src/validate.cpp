@@ -320,7 +320,29 @@ std::int64_t used_stride(const TensorView& view, int dim, std::int64_t packed) {
 }
 
 LengthsRef lengths_ref(const TensorView& lens) {
-  return LengthsRef{lens.ptr<const std::int32_t>(), lens.stride(0), lens.stride(1)};
+  return LengthsRef{lens.ptr<const std::int32_t>(), lens.stride(0), lens.ndim > 1 ? lens.stride(1) : 0};
+}
+
+// An optional request_offsets (int32 [B + 1], contiguous) into `rows`.
+Status parse_request_offsets(const char* op, const TensorView& offsets, RequestRows* rows) {
+  *rows = RequestRows{};
+  if (offsets.empty()) return Status::success();
+  DSA_RETURN_IF_ERROR(check_tensor(op, "request_offsets", offsets, 1, {DType::int32}));
+  if (offsets.size(0) < 1 || offsets.size(0) > kInt32Max) {
+    return fail(ErrorCode::bad_shape, op, "request_offsets",
+                "must hold B + 1 entries, 1 <= B + 1 <= 2^31 - 1, got " + offsets.describe());
+  }
+  DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "request_offsets", offsets));
+  *rows = RequestRows{offsets.ptr<const std::int32_t>(), offsets.size(0) - 1};
+  return Status::success();
+}
+
+// context_lens of rows of uneven requests: int32 [T] or [T, 1].
+Status expect_row_lengths(const char* op, const TensorView& lens, std::int64_t rows) {
+  DSA_RETURN_IF_ERROR(check_tensor(op, "context_lens", lens, lens.ndim == 1 ? 1 : 2, {DType::int32}));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "context_lens", lens, 0, rows, "the rows T"));
+  if (lens.ndim == 2) DSA_RETURN_IF_ERROR(expect_extent(op, "context_lens", lens, 1, 1, "1 with request_offsets"));
+  return Status::success();
 }
 
 const char* length_input_name(LengthConvention convention) {
@@ -338,7 +360,8 @@ Status check_schedule(const char* op, const LogitsProblem& p) {
     const std::string got = "(" + str(entry.unit) + ", " + str(entry.chunk) + ")";
     if (w == p.num_workers) {
       return fail(ErrorCode::schedule_mismatch, op, "schedule",
-                  "last row is " + got + " but the " + logits_path_name(p.path) + " path for this batch needs (" +
+                  "last row is " + got + " but the " + logits_path_name(p.path) + " path for this " +
+                      (p.varlen.offsets != nullptr ? "number of rows" : "batch") + " needs (" +
                       str(units) + ", " + str(kChunkTokens) + "): planned for another batch, path or chunk size");
     }
     if (w == 0) return fail(ErrorCode::schedule_mismatch, op, "schedule", "row 0 must be (0, 0), got " + got);
@@ -464,11 +487,22 @@ Status validate_context_lens(const char* op, LengthConvention convention, const 
 }
 
 Status validate_plan_schedule(const TensorView& context_lens, int num_workers, LogitsPath path,
-                              const TensorView& schedule, ScheduleProblem* problem) {
+                              const TensorView& schedule, const TensorView& request_offsets,
+                              ScheduleProblem* problem) {
   const char* op = "plan_schedule";
   DSA_RETURN_IF_ERROR(expect_path(op, "path", path));
-  DSA_RETURN_IF_ERROR(check_tensor(op, "context_lens", context_lens, 2, {DType::int32}));
-  DSA_RETURN_IF_ERROR(expect_next_n(op, "context_lens", context_lens));
+  RequestRows varlen;
+  DSA_RETURN_IF_ERROR(parse_request_offsets(op, request_offsets, &varlen));
+  if (varlen.offsets != nullptr) {
+    if (context_lens.ndim != 1 && context_lens.ndim != 2) {
+      return fail(ErrorCode::bad_shape, op, "context_lens",
+                  "expected int32 [T] or [T, 1] with request_offsets, got " + context_lens.describe());
+    }
+    DSA_RETURN_IF_ERROR(expect_row_lengths(op, context_lens, context_lens.size(0)));
+  } else {
+    DSA_RETURN_IF_ERROR(check_tensor(op, "context_lens", context_lens, 2, {DType::int32}));
+    DSA_RETURN_IF_ERROR(expect_next_n(op, "context_lens", context_lens));
+  }
   if (num_workers < 1) {
     return fail(ErrorCode::invalid_argument, op, "num_workers", "must be >= 1, got " + str(num_workers));
   }
@@ -478,15 +512,18 @@ Status validate_plan_schedule(const TensorView& context_lens, int num_workers, L
   if (!schedule.is_contiguous()) {
     return fail(ErrorCode::bad_stride, op, "schedule", "must be contiguous, got " + schedule.describe());
   }
-  if (context_lens.size(0) * context_lens.size(1) > kInt32Max) {
+  const std::int64_t next_n = context_lens.ndim > 1 ? context_lens.size(1) : 1;
+  if (context_lens.size(0) * next_n > kInt32Max) {
     return fail(ErrorCode::bad_shape, op, "context_lens", "B * next_n exceeds the int32 range");
   }
-  DSA_RETURN_IF_ERROR(expect_one_device(op, {{"context_lens", &context_lens}, {"schedule", &schedule}}));
+  DSA_RETURN_IF_ERROR(expect_one_device(
+      op, {{"context_lens", &context_lens}, {"schedule", &schedule}, {"request_offsets", &request_offsets}}));
   ScheduleProblem p;
   p.device = context_lens.device;
   p.batch = context_lens.size(0);
-  p.next_n = static_cast<int>(context_lens.size(1));
+  p.next_n = static_cast<int>(next_n);
   p.lens = lengths_ref(context_lens);
+  p.varlen = varlen;
   p.num_workers = num_workers;
   p.path = path;
   p.schedule = schedule.ptr<std::int32_t>();
@@ -496,28 +533,40 @@ Status validate_plan_schedule(const TensorView& context_lens, int num_workers, L
 
 Status validate_scoring_inputs(const char* op, const ScoringInputs& in, LogitsProblem* problem) {
   const TensorView& q = in.q;
-  DSA_RETURN_IF_ERROR(check_tensor(op, "q", q, 4, {DType::float8_e4m3}));
-  DSA_RETURN_IF_ERROR(expect_next_n(op, "q", q));
+  RequestRows varlen;
+  DSA_RETURN_IF_ERROR(parse_request_offsets(op, in.request_offsets, &varlen));
+  const bool uneven = varlen.offsets != nullptr;
+  // With request_offsets q is [T, 1, H, D] or [T, H, D]: T rows of one draft each.
+  const int q_rank = uneven && q.ndim == 3 ? 3 : 4;
+  DSA_RETURN_IF_ERROR(check_tensor(op, "q", q, q_rank, {DType::float8_e4m3}));
+  if (q_rank == 4) DSA_RETURN_IF_ERROR(expect_next_n(op, "q", q));
+  if (uneven && q_rank == 4) DSA_RETURN_IF_ERROR(expect_extent(op, "q", q, 1, 1, "1 with request_offsets"));
   DSA_RETURN_IF_ERROR(expect_fp8_rows(op, "q", q));
-  const std::int64_t batch = q.size(0), next_n = q.size(1), heads = q.size(2);
+  const std::int64_t batch = q.size(0), next_n = q_rank == 4 ? q.size(1) : 1, heads = q.size(q_rank - 2);
   const std::int64_t rows = batch * next_n;
-  const int head_dim = static_cast<int>(q.size(3));
+  const int head_dim = static_cast<int>(q.size(q_rank - 1));
   if (rows > kInt32Max) return fail(ErrorCode::bad_shape, op, "q", "B * next_n exceeds the int32 range");
+  const char* rows_meaning = uneven ? "the rows T of q" : "B * next_n";
 
   LogitsProblem p;
   DSA_RETURN_IF_ERROR(parse_cache(op, "key_cache", in.key_cache, in.page_size, head_dim, "q", &p.cache));
 
   DSA_RETURN_IF_ERROR(check_tensor(op, "weights", in.weights, 2, {DType::float32}));
-  DSA_RETURN_IF_ERROR(expect_extent(op, "weights", in.weights, 0, rows, "B * next_n"));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "weights", in.weights, 0, rows, rows_meaning));
   DSA_RETURN_IF_ERROR(expect_extent(op, "weights", in.weights, 1, heads, "the head count of q"));
   DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "weights", in.weights));
 
-  DSA_RETURN_IF_ERROR(check_tensor(op, "context_lens", in.context_lens, 2, {DType::int32}));
-  DSA_RETURN_IF_ERROR(expect_extent(op, "context_lens", in.context_lens, 0, batch, "the batch of q"));
-  DSA_RETURN_IF_ERROR(expect_extent(op, "context_lens", in.context_lens, 1, next_n, "next_n of q"));
+  if (uneven) {
+    DSA_RETURN_IF_ERROR(expect_row_lengths(op, in.context_lens, rows));
+  } else {
+    DSA_RETURN_IF_ERROR(check_tensor(op, "context_lens", in.context_lens, 2, {DType::int32}));
+    DSA_RETURN_IF_ERROR(expect_extent(op, "context_lens", in.context_lens, 0, batch, "the batch of q"));
+    DSA_RETURN_IF_ERROR(expect_extent(op, "context_lens", in.context_lens, 1, next_n, "next_n of q"));
+  }
 
   DSA_RETURN_IF_ERROR(check_tensor(op, "block_table", in.block_table, 2, {DType::int32}));
-  DSA_RETURN_IF_ERROR(expect_extent(op, "block_table", in.block_table, 0, batch, "the batch of q"));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "block_table", in.block_table, 0, uneven ? varlen.requests : batch,
+                                    uneven ? "the requests B of request_offsets" : "the batch of q"));
   DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "block_table", in.block_table));
 
   DSA_RETURN_IF_ERROR(check_tensor(op, "schedule", in.schedule, 2, {DType::int32}));
@@ -539,19 +588,21 @@ Status validate_scoring_inputs(const char* op, const ScoringInputs& in, LogitsPr
                                              {"weights", &in.weights},
                                              {"context_lens", &in.context_lens},
                                              {"block_table", &in.block_table},
-                                             {"schedule", &in.schedule}}));
+                                             {"schedule", &in.schedule},
+                                             {"request_offsets", &in.request_offsets}}));
   p.device = q.device;
   p.batch = batch;
   p.next_n = next_n;
   p.heads = heads;
   p.head_dim = head_dim;
   p.q = static_cast<const std::uint8_t*>(q.data);
-  p.q_stride_h = used_stride(q, 2, head_dim);
-  p.q_stride_n = used_stride(q, 1, p.q_stride_h * heads);
+  p.q_stride_h = used_stride(q, q_rank - 2, head_dim);
+  p.q_stride_n = q_rank == 4 ? used_stride(q, 1, p.q_stride_h * heads) : p.q_stride_h * heads;
   p.q_stride_b = used_stride(q, 0, p.q_stride_n * next_n);
   p.weights = in.weights.ptr<const float>();
   p.weights_stride_row = in.weights.stride(0);
   p.lens = lengths_ref(in.context_lens);
+  p.varlen = varlen;
   p.block_table = in.block_table.ptr<const std::int32_t>();
   p.block_table_stride = in.block_table.stride(0);
   p.max_blocks = in.block_table.size(1);
@@ -567,7 +618,8 @@ Status validate_logits_output(const TensorView& logits, const LogitsOptions& opt
   const char* op = "paged_mqa_logits";
   DSA_RETURN_IF_ERROR(expect_path(op, "options.path", options.path));
   DSA_RETURN_IF_ERROR(check_tensor(op, "logits", logits, 2, {DType::float32, DType::bfloat16}));
-  DSA_RETURN_IF_ERROR(expect_extent(op, "logits", logits, 0, problem->rows(), "B * next_n"));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "logits", logits, 0, problem->rows(),
+                                    problem->varlen.offsets != nullptr ? "the rows T of q" : "B * next_n"));
   if (logits.size(1) < problem->max_context_len) {
     return fail(ErrorCode::bad_shape, op, "logits",
                 "has " + str(logits.size(1)) + " columns, fewer than max_context_len = " +
@@ -587,6 +639,7 @@ Status validate_index_topk_outputs(const TensorView& topk_lens, const TensorView
                                    const IndexTopkOptions& options, IndexTopkProblem* problem) {
   const char* op = "index_topk";
   const std::int64_t rows = problem->logits.rows();
+  const char* rows_meaning = problem->logits.varlen.offsets != nullptr ? "the rows T of q" : "B * next_n";
   DSA_RETURN_IF_ERROR(expect_path(op, "options.path", options.path));
   if (options.strategy != IndexTopkStrategy::automatic && options.strategy != IndexTopkStrategy::fused &&
       options.strategy != IndexTopkStrategy::logits_then_topk) {
@@ -596,9 +649,9 @@ Status validate_index_topk_outputs(const TensorView& topk_lens, const TensorView
   DSA_RETURN_IF_ERROR(expect_k(op, options.k));
   if (!topk_lens.empty()) {
     DSA_RETURN_IF_ERROR(check_tensor(op, "topk_lens", topk_lens, 1, {DType::int32}));
-    DSA_RETURN_IF_ERROR(expect_extent(op, "topk_lens", topk_lens, 0, rows, "B * next_n"));
+    DSA_RETURN_IF_ERROR(expect_extent(op, "topk_lens", topk_lens, 0, rows, rows_meaning));
   }
-  DSA_RETURN_IF_ERROR(expect_indices(op, indices, rows, options.k, "B * next_n"));
+  DSA_RETURN_IF_ERROR(expect_indices(op, indices, rows, options.k, rows_meaning));
   DSA_RETURN_IF_ERROR(expect_device(op, "topk_lens", topk_lens, problem->logits.device));
   DSA_RETURN_IF_ERROR(expect_device(op, "indices", indices, problem->logits.device));
   problem->topk_lens = topk_lens.empty() ? nullptr : topk_lens.ptr<const std::int32_t>();
@@ -868,11 +921,13 @@ Status check_length_inputs(const char* op, const LengthsProblem& p) {
 }
 
 Status check_scoring_data(const char* op, const LogitsProblem& p) {
+  const bool uneven = p.varlen.offsets != nullptr;
+  if (uneven) DSA_RETURN_IF_ERROR(check_request_offsets(op, p.varlen, p.rows(), "rows of q"));
   for (std::int64_t b = 0; b < p.batch; ++b) {
-    std::int64_t longest = 0;
     for (std::int64_t j = 0; j < p.next_n; ++j) {
       const std::int64_t length = row_length(p.lens, b, j);
-      const std::string where = "context_lens[" + str(b) + ", " + str(j) + "] = " + str(length);
+      const std::string where = (uneven ? "context_lens[" + str(b) : "context_lens[" + str(b) + ", " + str(j)) +
+                                "] = " + str(length);
       switch (scoring_length_violation(length, p.max_context_len, p.max_blocks, p.cache.page_tokens)) {
         case kNegativeLength:
           return fail(ErrorCode::length_out_of_range, op, "context_lens", where + " is negative");
@@ -886,13 +941,22 @@ Status check_scoring_data(const char* op, const LogitsProblem& p) {
                           " columns");
         default: break;
       }
-      longest = length > longest ? length : longest;
     }
-    const std::int32_t* table_row = p.block_table + b * p.block_table_stride;
+  }
+  // The pages each request needs: those of its longest row.
+  const std::int64_t requests = uneven ? p.varlen.requests : p.batch;
+  for (std::int64_t request = 0; request < requests; ++request) {
+    const std::int64_t first = uneven ? p.varlen.offsets[request] : request * p.next_n;
+    const std::int64_t end = uneven ? p.varlen.offsets[request + 1] : first + p.next_n;
+    std::int64_t longest = 0;
+    for (std::int64_t row = first; row < end; ++row) {
+      longest = std::max<std::int64_t>(longest, row_length(p.lens, row / p.next_n, row % p.next_n));
+    }
+    const std::int32_t* table_row = p.block_table + request * p.block_table_stride;
     for (std::int64_t i = 0; i < pages_for_length(longest, p.cache.page_tokens); ++i) {
       if (table_row[i] < 0 || table_row[i] >= p.cache.num_pages) {
         return fail(ErrorCode::page_out_of_range, op, "block_table",
-                    "block_table[" + str(b) + ", " + str(i) + "] = " + str(table_row[i]) +
+                    "block_table[" + str(request) + ", " + str(i) + "] = " + str(table_row[i]) +
                         " is needed but is not a page index in [0, " + str(p.cache.num_pages) + ")");
       }
     }
@@ -900,33 +964,33 @@ Status check_scoring_data(const char* op, const LogitsProblem& p) {
   return check_schedule(op, p);
 }
 
-namespace {
-
-// request_offsets covers the rows in order: 0 first, non-decreasing, the
-// number of rows last.
-Status check_request_offsets(const TopkProblem& p) {
-  const char* op = "topk";
-  const std::int32_t* offsets = p.request_offsets;
+Status check_request_offsets(const char* op, const RequestRows& r, std::int64_t rows, const char* rows_meaning) {
+  const std::int32_t* offsets = r.offsets;
   const auto entry = [&](std::int64_t q) { return "request_offsets[" + str(q) + "] = " + str(offsets[q]); };
   if (offsets[0] != 0) return fail(ErrorCode::invalid_argument, op, "request_offsets", entry(0) + " must be 0");
-  for (std::int64_t q = 0; q < p.requests; ++q) {
+  for (std::int64_t q = 0; q < r.requests; ++q) {
     if (offsets[q + 1] < offsets[q]) {
       return fail(ErrorCode::invalid_argument, op, "request_offsets",
                   entry(q + 1) + " is below " + entry(q) + " (entries must be non-decreasing)");
     }
   }
-  if (offsets[p.requests] != p.rows) {
+  if (offsets[r.requests] != rows) {
     return fail(ErrorCode::invalid_argument, op, "request_offsets",
-                entry(p.requests) + " must equal the " + str(p.rows) + " rows of logits");
+                entry(r.requests) + " must equal the " + str(rows) + " " + rows_meaning);
   }
   return Status::success();
 }
 
-}  // namespace
+Status check_schedule_data(const ScheduleProblem& p) {
+  if (p.varlen.offsets == nullptr) return Status::success();
+  return check_request_offsets("plan_schedule", p.varlen, p.batch, "rows of context_lens");
+}
 
 Status check_topk_data(const TopkProblem& p) {
   const char* op = "topk";
-  if (p.request_offsets != nullptr) DSA_RETURN_IF_ERROR(check_request_offsets(p));
+  if (p.request_offsets != nullptr) {
+    DSA_RETURN_IF_ERROR(check_request_offsets(op, RequestRows{p.request_offsets, p.requests}, p.rows, "rows of logits"));
+  }
   for (std::int64_t r = 0; r < p.rows; ++r) {
     const std::int64_t length = p.lengths[r * p.lengths_stride];
     const std::int64_t start = topk_row_start(p, r);

@@ -37,7 +37,8 @@ Status validate_context_lens(const char* op, LengthConvention convention, const 
 
 // `path` must already be resolved to native or per_token.
 Status validate_plan_schedule(const TensorView& context_lens, int num_workers, LogitsPath path,
-                              const TensorView& schedule, ScheduleProblem* problem);
+                              const TensorView& schedule, const TensorView& request_offsets,
+                              ScheduleProblem* problem);
 
 // The inputs paged_mqa_logits and index_topk share.
 struct ScoringInputs {
@@ -49,6 +50,7 @@ struct ScoringInputs {
   const TensorView& schedule;
   std::int64_t max_context_len;
   int page_size;  // the options' (dsa/cache.hpp)
+  const TensorView& request_offsets;  // the options' (empty: B requests of next_n rows)
 };
 
 // Fills every field of `problem` except `path` (resolved by the caller from
@@ -81,6 +83,9 @@ Status validate_topk(const TensorView& logits, const TensorView& lengths, int k,
 // Data-dependent rules on host memory.
 Status check_store_keys_slots(const StoreKeysProblem& p);
 Status check_length_inputs(const char* op, const LengthsProblem& p);
+// request_offsets non-decreasing from 0 to `rows` (`rows_meaning` names them).
+Status check_request_offsets(const char* op, const RequestRows& r, std::int64_t rows, const char* rows_meaning);
+Status check_schedule_data(const ScheduleProblem& p);
 // Lengths against max_context_len and the block table, needed block-table
 // entries against the cache, and the schedule against batch and path.
 Status check_scoring_data(const char* op, const LogitsProblem& p);

@@ -33,6 +33,11 @@ struct IndexTopkOptions {
   IndexTopkStrategy strategy = IndexTopkStrategy::automatic;
   // Tokens per cache page, as LogitsOptions::page_size.
   int page_size = 0;
+  // Requests of uneven row counts, as LogitsOptions::request_offsets: the
+  // inputs take paged_mqa_logits' varlen shapes, topk_lens is int32 [T] and
+  // indices [T, K]; physical slots use request b's block-table row for the
+  // rows of b. CUDA runs logits_then_topk for it (`fused` is `unsupported`).
+  TensorView request_offsets{};
 };
 
 // Same inputs as paged_mqa_logits (q, key_cache, weights, context_lens,

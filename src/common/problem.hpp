@@ -72,11 +72,21 @@ struct LengthsRef {
   std::int64_t stride_b = 0, stride_n = 0;
 };
 
+// Requests of uneven row counts (request_offsets, dsa/logits.hpp): request
+// q owns rows [offsets[q], offsets[q + 1]). Where a problem holds them, its
+// batch is the number of rows T, next_n is 1 and lens is [T, 1]; the
+// block-table row of a row is its request.
+struct RequestRows {
+  const std::int32_t* offsets = nullptr;  // [requests + 1], contiguous; nullptr: none
+  std::int64_t requests = 0;
+};
+
 struct ScheduleProblem {
   Device device;
   std::int64_t batch = 0;
   int next_n = 1;
   LengthsRef lens;
+  RequestRows varlen;
   int num_workers = 1;
   LogitsPath path = LogitsPath::native;  // resolved: native or per_token
   std::int32_t* schedule = nullptr;      // [num_workers + 1, 2], row stride 2
@@ -92,7 +102,8 @@ struct LogitsProblem {
   const float* weights = nullptr;  // [B * next_n, H]
   std::int64_t weights_stride_row = 0;
   LengthsRef lens;
-  const std::int32_t* block_table = nullptr;  // [B, max_blocks]
+  RequestRows varlen;  // with it, batch = T rows, next_n = 1 (see RequestRows)
+  const std::int32_t* block_table = nullptr;  // [B or requests, max_blocks]
   std::int64_t block_table_stride = 0, max_blocks = 0;
   const std::int32_t* schedule = nullptr;  // [num_workers + 1, 2], row stride 2
   int num_workers = 0;
@@ -104,9 +115,13 @@ struct LogitsProblem {
   bool clean_logits = false;
 
   std::int64_t rows() const { return batch * next_n; }
-  // Rows one schedule unit scores together: a request's next_n rows on the
+  // The most rows one schedule unit scores together: a request's next_n rows
+  // (or, with request_offsets, a row tile of up to kVarlenRowTile) on the
   // native path, one row on the per-token path.
-  int rows_per_unit() const { return path == LogitsPath::per_token ? 1 : static_cast<int>(next_n); }
+  int rows_per_unit() const {
+    if (path == LogitsPath::per_token) return 1;
+    return varlen.offsets != nullptr ? kVarlenRowTile : static_cast<int>(next_n);
+  }
 };
 
 // mqa_logits (dsa/prefill.hpp): rows of a contiguous key run, row i over
