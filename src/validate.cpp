@@ -967,16 +967,18 @@ Status check_scoring_data(const char* op, const LogitsProblem& p) {
 Status check_request_offsets(const char* op, const RequestRows& r, std::int64_t rows, const char* rows_meaning) {
   const std::int32_t* offsets = r.offsets;
   const auto entry = [&](std::int64_t q) { return "request_offsets[" + str(q) + "] = " + str(offsets[q]); };
-  if (offsets[0] != 0) return fail(ErrorCode::invalid_argument, op, "request_offsets", entry(0) + " must be 0");
-  for (std::int64_t q = 0; q < r.requests; ++q) {
-    if (offsets[q + 1] < offsets[q]) {
-      return fail(ErrorCode::invalid_argument, op, "request_offsets",
-                  entry(q + 1) + " is below " + entry(q) + " (entries must be non-decreasing)");
+  for (std::int64_t q = 0; q <= r.requests; ++q) {
+    switch (request_offsets_violation(r, q, rows)) {
+      case OffsetsViolation::first_not_zero:
+        return fail(ErrorCode::invalid_argument, op, "request_offsets", entry(0) + " must be 0");
+      case OffsetsViolation::decreasing:
+        return fail(ErrorCode::invalid_argument, op, "request_offsets",
+                    entry(q) + " is below " + entry(q - 1) + " (entries must be non-decreasing)");
+      case OffsetsViolation::last_not_rows:
+        return fail(ErrorCode::invalid_argument, op, "request_offsets",
+                    entry(q) + " must equal the " + str(rows) + " " + rows_meaning);
+      case OffsetsViolation::none: break;
     }
-  }
-  if (offsets[r.requests] != rows) {
-    return fail(ErrorCode::invalid_argument, op, "request_offsets",
-                entry(r.requests) + " must equal the " + str(rows) + " " + rows_meaning);
   }
   return Status::success();
 }

@@ -114,7 +114,8 @@ struct LogitsProblem {
   std::int64_t logits_stride = 0;
   bool clean_logits = false;
 
-  std::int64_t rows() const { return batch * next_n; }
+  // constexpr: the CUDA kernels call it too.
+  constexpr std::int64_t rows() const { return batch * next_n; }
   // The most rows one schedule unit scores together: a request's next_n rows
   // (or, with request_offsets, a row tile of up to kVarlenRowTile) on the
   // native path, one row on the per-token path.

@@ -46,6 +46,17 @@ DSA_HD std::int64_t request_of_row(const std::int32_t* offsets, std::int64_t req
   return request >= 0 && row < offsets[request + 1] ? request : -1;
 }
 
+// The rule entry q (0 <= q <= requests) of request_offsets breaks, if any:
+// offsets[0] == 0, offsets[q] >= offsets[q - 1], offsets[requests] == rows.
+enum class OffsetsViolation { none, first_not_zero, decreasing, last_not_rows };
+
+DSA_HD OffsetsViolation request_offsets_violation(const RequestRows& r, std::int64_t q, std::int64_t rows) {
+  if (q == 0 && r.offsets[0] != 0) return OffsetsViolation::first_not_zero;
+  if (q > 0 && r.offsets[q] < r.offsets[q - 1]) return OffsetsViolation::decreasing;
+  if (q == r.requests && r.offsets[q] != rows) return OffsetsViolation::last_not_rows;
+  return OffsetsViolation::none;
+}
+
 // How a call's rows form schedule units. Without request_offsets, the rows
 // are (b, j) of lens [B, next_n]. With it, lens is [T, 1] and row r belongs
 // to request request_of_row(r); the native units are then row tiles of
