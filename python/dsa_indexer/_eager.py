@@ -108,9 +108,10 @@ def _check_arrays(op, inputs=(), outputs=()):
                 raise ValueError(f"{op}: {name}: the array is read-only; the library writes it")
 
 
-def _scoring_inputs(q, key_cache, weights, context_lens, block_table, schedule):
+def _scoring_inputs(q, key_cache, weights, context_lens, block_table, schedule, request_offsets):
     return [("q", q), ("key_cache", key_cache), ("weights", weights),
-            ("context_lens", context_lens), ("block_table", block_table), ("schedule", schedule)]
+            ("context_lens", context_lens), ("block_table", block_table), ("schedule", schedule),
+            ("request_offsets", request_offsets)]
 
 
 def _basic_workspace(like, ctx, workspace):
@@ -128,8 +129,11 @@ def _extent(array, dim, fallback=0):
     return shape[dim] if -len(shape) <= dim < len(shape) else fallback
 
 
-def _rows(q):
-    """B * next_n, the rows of the outputs of q [B, next_n, H, D]."""
+def _rows(q, request_offsets=None):
+    """B * next_n, the rows of the outputs of q [B, next_n, H, D]; with request_offsets, the
+    rows T of q [T, 1, H, D] or [T, H, D]."""
+    if request_offsets is not None:
+        return _extent(q, 0)
     return _extent(q, 0) * _extent(q, 1)
 
 
@@ -164,8 +168,8 @@ def new_schedule(context_lens, num_workers):
     return fw.empty(context_lens, (max(num_workers, 0) + 1, 2), "int32")
 
 
-def new_logits(q, max_context_len, dtype):
-    return fw.empty(q, (_rows(q), max(max_context_len, 0)), dtype)
+def new_logits(q, max_context_len, dtype, request_offsets=None):
+    return fw.empty(q, (_rows(q, request_offsets), max(max_context_len, 0)), dtype)
 
 
 def new_mqa_logits(q, keys, compressed, max_seqlen_k, dtype):
@@ -178,8 +182,8 @@ def new_topk_indices(logits, k):
     return fw.empty(logits, (_extent(logits, 0), _index_columns(k)), "int32")
 
 
-def new_index_topk_indices(q, k):
-    return fw.empty(q, (_rows(q), _index_columns(k)), "int32")
+def new_index_topk_indices(q, k, request_offsets=None):
+    return fw.empty(q, (_rows(q, request_offsets), _index_columns(k)), "int32")
 
 
 # ---------------------------------------------------------------------------
@@ -251,10 +255,11 @@ def resolve_logits_path(path, next_n, num_heads, like, **execution):
     return resolved.name
 
 
-def plan_schedule(context_lens, num_workers=None, path="auto", *, out=None, workspace=None,
-                  **execution):
+def plan_schedule(context_lens, num_workers=None, path="auto", *, request_offsets=None, out=None,
+                  workspace=None, **execution):
     _choice(_PATHS, path, "path")
-    _check_arrays("plan_schedule", [("context_lens", context_lens)],
+    _check_arrays("plan_schedule", [("context_lens", context_lens),
+                                    ("request_offsets", request_offsets)],
                   [("out", out), ("workspace", workspace)])
     ctx = make_context(context_lens, **execution)
     num_workers = schedule_workers(context_lens, num_workers, ctx)
@@ -262,14 +267,17 @@ def plan_schedule(context_lens, num_workers=None, path="auto", *, out=None, work
         out = new_schedule(context_lens, num_workers)
     ws = _basic_workspace(context_lens, ctx, workspace)
     _core.plan_schedule(fw.export(context_lens), num_workers, _PATHS[path], fw.export(out),
-                        ctx, fw.export(ws))
+                        fw.export(request_offsets), ctx, fw.export(ws))
     return out
 
 
-def _scoring_schedule(q, context_lens, schedule, path, execution):
-    """The caller's schedule, or one planned now on the device for the path the call uses."""
+def _scoring_schedule(q, context_lens, schedule, path, request_offsets, execution):
+    """The caller's schedule, or one planned now on the device for the path the call uses
+    (with request_offsets the library resolves "auto" itself)."""
     if schedule is not None:
         return schedule
+    if request_offsets is not None:
+        return plan_schedule(context_lens, path=path, request_offsets=request_offsets, **execution)
     resolved = resolve_logits_path(path, _extent(q, 1, 1), _extent(q, 2, 1), q, **execution)
     return plan_schedule(context_lens, path=resolved, **execution)
 
@@ -279,24 +287,25 @@ def _scoring_schedule(q, context_lens, schedule, path, execution):
 
 
 def paged_mqa_logits(q, key_cache, weights, context_lens, block_table, max_context_len,
-                     schedule=None, *, clean_logits=False, path="auto", page_size=0, out=None,
-                     out_dtype="float32", workspace=None, **execution):
+                     schedule=None, *, clean_logits=False, path="auto", page_size=0,
+                     request_offsets=None, out=None, out_dtype="float32", workspace=None,
+                     **execution):
     max_context_len = _int64(max_context_len, "paged_mqa_logits", "max_context_len")
     page_size = _int32(page_size, "paged_mqa_logits", "page_size")
     path_value = _choice(_PATHS, path, "path")
     _check_arrays("paged_mqa_logits", _scoring_inputs(q, key_cache, weights, context_lens,
-                                                      block_table, schedule),
+                                                      block_table, schedule, request_offsets),
                   [("out", out), ("workspace", workspace)])
-    schedule = _scoring_schedule(q, context_lens, schedule, path, execution)
+    schedule = _scoring_schedule(q, context_lens, schedule, path, request_offsets, execution)
     if out is None:
-        out = new_logits(q, max_context_len, out_dtype)
+        out = new_logits(q, max_context_len, out_dtype, request_offsets)
     ctx = make_context(q, **execution)
     ws = workspace if workspace is not None else fw.workspace(
         q, _core.paged_mqa_logits_workspace_bytes(ctx))
     _core.paged_mqa_logits(fw.export(q), fw.export(key_cache), fw.export(weights),
                            fw.export(context_lens), fw.export(block_table), fw.export(schedule),
                            max_context_len, fw.export(out), bool(clean_logits), path_value,
-                           page_size, ctx, fw.export(ws))
+                           page_size, fw.export(request_offsets), ctx, fw.export(ws))
     return out
 
 
@@ -368,23 +377,26 @@ def _index_topk_options(k, sorted, physical_slots, path, strategy, page_size=0):
 
 def index_topk(q, key_cache, weights, context_lens, block_table, max_context_len, k=MAX_TOPK,
                schedule=None, topk_lens=None, *, sorted=False, physical_slots=False, path="auto",
-               strategy="auto", page_size=0, out=None, workspace=None, **execution):
+               strategy="auto", page_size=0, request_offsets=None, out=None, workspace=None,
+               **execution):
     max_context_len = _int64(max_context_len, "index_topk", "max_context_len")
     options = _index_topk_options(k, sorted, physical_slots, path, strategy, page_size)
     _check_arrays("index_topk", _scoring_inputs(q, key_cache, weights, context_lens, block_table,
-                                                schedule) + [("topk_lens", topk_lens)],
+                                                schedule, request_offsets)
+                  + [("topk_lens", topk_lens)],
                   [("out", out), ("workspace", workspace)])
-    schedule = _scoring_schedule(q, context_lens, schedule, path, execution)
+    schedule = _scoring_schedule(q, context_lens, schedule, path, request_offsets, execution)
     if out is None:
-        out = new_index_topk_indices(q, options.k)
+        out = new_index_topk_indices(q, options.k, request_offsets)
     ctx = make_context(q, **execution)
     if workspace is None:
-        nbytes = _core.index_topk_workspace_bytes(_rows(q), max_context_len, options, ctx)
+        nbytes = _core.index_topk_workspace_bytes(_rows(q, request_offsets), max_context_len,
+                                                  options, ctx)
         workspace = fw.workspace(q, nbytes)
     _core.index_topk(fw.export(q), fw.export(key_cache), fw.export(weights),
                      fw.export(context_lens), fw.export(block_table), fw.export(schedule),
-                     max_context_len, fw.export(topk_lens), fw.export(out), options, ctx,
-                     fw.export(workspace))
+                     max_context_len, fw.export(topk_lens), fw.export(out), options,
+                     fw.export(request_offsets), ctx, fw.export(workspace))
     return out
 
 

@@ -121,8 +121,8 @@ else:
         return _eager.new_schedule(context_lens,
                                    _eager.schedule_workers(context_lens, num_workers, ctx))
 
-    def _logits_fake(q, max_context_len, out_dtype, **_):
-        return _eager.new_logits(q, max_context_len, out_dtype)
+    def _logits_fake(q, max_context_len, out_dtype, request_offsets, **_):
+        return _eager.new_logits(q, max_context_len, out_dtype, request_offsets)
 
     def _mqa_logits_fake(q, keys, compressed, max_seqlen_k, out_dtype, **_):
         return _eager.new_mqa_logits(q, keys, compressed, max_seqlen_k, out_dtype)
@@ -130,8 +130,8 @@ else:
     def _topk_fake(logits, k, **_):
         return _eager.new_topk_indices(logits, k)
 
-    def _index_topk_fake(q, k, **_):
-        return _eager.new_index_topk_indices(q, k)
+    def _index_topk_fake(q, k, request_offsets, **_):
+        return _eager.new_index_topk_indices(q, k, request_offsets)
 
     store_index_keys = _define("store_index_keys", "()", lambda **_: None)
     quantize_queries = _define("quantize_queries", "(Tensor, Tensor)", _quantized_fake,

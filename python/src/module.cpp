@@ -182,14 +182,18 @@ void bind_lengths_and_schedule(nb::module_& m) {
   m.def(
       "plan_schedule",
       [](const InputArray& context_lens, int num_workers, LogitsPath path,
-         const OutputArray& schedule, const ExecContext& ctx, const OptionalOutput& workspace) {
+         const OutputArray& schedule, const OptionalInput& request_offsets, const ExecContext& ctx,
+         const OptionalOutput& workspace) {
         const TensorView lens_view = to_view(context_lens, "plan_schedule: context_lens");
         const TensorView schedule_view = to_view(schedule, "plan_schedule: schedule");
+        const TensorView offsets_view = to_view(request_offsets, "plan_schedule: request_offsets");
         const ExecContext call_ctx = with_workspace(ctx, workspace);
-        run_released(
-            [&] { return plan_schedule(lens_view, num_workers, path, schedule_view, call_ctx); });
+        run_released([&] {
+          return plan_schedule(lens_view, num_workers, path, schedule_view, call_ctx, offsets_view);
+        });
       },
-      "context_lens"_a, "num_workers"_a, "path"_a, "schedule"_a, "ctx"_a, "workspace"_a.none());
+      "context_lens"_a, "num_workers"_a, "path"_a, "schedule"_a, "request_offsets"_a.none(), "ctx"_a,
+      "workspace"_a.none());
 }
 
 // The scoring inputs paged_mqa_logits and index_topk share, as views.
@@ -224,8 +228,8 @@ void bind_scoring(nb::module_& m) {
       [](const InputArray& q, const InputArray& key_cache, const InputArray& weights,
          const InputArray& context_lens, const InputArray& block_table,
          const InputArray& schedule, std::int64_t max_context_len, const OutputArray& logits,
-         bool clean_logits, LogitsPath path, int page_size, const ExecContext& ctx,
-         const OptionalOutput& workspace) {
+         bool clean_logits, LogitsPath path, int page_size, const OptionalInput& request_offsets,
+         const ExecContext& ctx, const OptionalOutput& workspace) {
         const ScoringViews in("paged_mqa_logits", q, key_cache, weights, context_lens,
                               block_table, schedule);
         const TensorView logits_view = to_view(logits, "paged_mqa_logits: logits");
@@ -233,6 +237,7 @@ void bind_scoring(nb::module_& m) {
         options.clean_logits = clean_logits;
         options.path = path;
         options.page_size = page_size;
+        options.request_offsets = to_view(request_offsets, "paged_mqa_logits: request_offsets");
         const ExecContext call_ctx = with_workspace(ctx, workspace);
         run_released([&] {
           return paged_mqa_logits(in.q, in.key_cache, in.weights, in.context_lens,
@@ -241,8 +246,8 @@ void bind_scoring(nb::module_& m) {
         });
       },
       "q"_a, "key_cache"_a, "weights"_a, "context_lens"_a, "block_table"_a, "schedule"_a,
-      "max_context_len"_a, "logits"_a, "clean_logits"_a, "path"_a, "page_size"_a, "ctx"_a,
-      "workspace"_a.none());
+      "max_context_len"_a, "logits"_a, "clean_logits"_a, "path"_a, "page_size"_a,
+      "request_offsets"_a.none(), "ctx"_a, "workspace"_a.none());
   m.def("paged_mqa_logits_workspace_bytes", &paged_mqa_logits_workspace_bytes, "ctx"_a);
 
   m.def(
@@ -323,12 +328,15 @@ void bind_scoring(nb::module_& m) {
       [](const InputArray& q, const InputArray& key_cache, const InputArray& weights,
          const InputArray& context_lens, const InputArray& block_table,
          const InputArray& schedule, std::int64_t max_context_len, const OptionalInput& topk_lens,
-         const OutputArray& indices, const IndexTopkOptions& options, const ExecContext& ctx,
+         const OutputArray& indices, const IndexTopkOptions& index_options,
+         const OptionalInput& request_offsets, const ExecContext& ctx,
          const OptionalOutput& workspace) {
         const ScoringViews in("index_topk", q, key_cache, weights, context_lens, block_table,
                               schedule);
         const TensorView topk_lens_view = to_view(topk_lens, "index_topk: topk_lens");
         const TensorView indices_view = to_view(indices, "index_topk: indices");
+        IndexTopkOptions options = index_options;
+        options.request_offsets = to_view(request_offsets, "index_topk: request_offsets");
         const ExecContext call_ctx = with_workspace(ctx, workspace);
         run_released([&] {
           return index_topk(in.q, in.key_cache, in.weights, in.context_lens, in.block_table,
@@ -337,8 +345,8 @@ void bind_scoring(nb::module_& m) {
         });
       },
       "q"_a, "key_cache"_a, "weights"_a, "context_lens"_a, "block_table"_a, "schedule"_a,
-      "max_context_len"_a, "topk_lens"_a.none(), "indices"_a, "options"_a, "ctx"_a,
-      "workspace"_a.none());
+      "max_context_len"_a, "topk_lens"_a.none(), "indices"_a, "options"_a,
+      "request_offsets"_a.none(), "ctx"_a, "workspace"_a.none());
   m.def("index_topk_workspace_bytes", &index_topk_workspace_bytes, "rows"_a,
         "max_context_len"_a, "options"_a, "ctx"_a);
 
