@@ -170,9 +170,10 @@ bool fused_on_cuda(IndexTopkStrategy strategy) { return strategy == IndexTopkStr
 bool fused_on_cpu(IndexTopkStrategy strategy) { return strategy != IndexTopkStrategy::logits_then_topk; }
 
 Status context_lens_op(const char* op, detail::LengthConvention convention, const TensorView& input,
-                       int next_n, const TensorView& out, const ExecContext& ctx) {
+                       int next_n, const TensorView& out, const ExecContext& ctx,
+                       const TensorView& request_offsets = {}) {
   detail::LengthsProblem p;
-  DSA_RETURN_IF_ERROR(detail::validate_context_lens(op, convention, input, next_n, out, &p));
+  DSA_RETURN_IF_ERROR(detail::validate_context_lens(op, convention, input, next_n, out, request_offsets, &p));
   Engine engine;
   DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, &engine));
   if (!is_cuda_engine(engine)) return run_cpu(op, [&] { return cpu::context_lens(p, ctx); });
@@ -282,8 +283,13 @@ std::size_t quantize_queries_workspace_bytes(const ExecContext& ctx) {
 
 Status causal_context_lens(const TensorView& prefix_lens, int next_n, const TensorView& out,
                            const ExecContext& ctx) {
+  return causal_context_lens(prefix_lens, next_n, out, ctx, TensorView{});
+}
+
+Status causal_context_lens(const TensorView& prefix_lens, int next_n, const TensorView& out,
+                           const ExecContext& ctx, const TensorView& request_offsets) {
   return context_lens_op("causal_context_lens", detail::LengthConvention::causal, prefix_lens, next_n,
-                         out, ctx);
+                         out, ctx, request_offsets);
 }
 
 Status expanded_context_lens(const TensorView& prefix_lens, int next_n, const TensorView& out,

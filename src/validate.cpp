@@ -463,16 +463,30 @@ Status validate_quantize_queries(const TensorView& q, const TensorView& head_gat
 }
 
 Status validate_context_lens(const char* op, LengthConvention convention, const TensorView& input,
-                             int next_n, const TensorView& out, LengthsProblem* problem) {
+                             int next_n, const TensorView& out, const TensorView& request_offsets,
+                             LengthsProblem* problem) {
   if (next_n < 1) return fail(ErrorCode::invalid_argument, op, "next_n", "must be >= 1, got " + str(next_n));
   const char* input_name = length_input_name(convention);
-  DSA_RETURN_IF_ERROR(check_tensor(op, input_name, input, 1, {DType::int32}));
-  DSA_RETURN_IF_ERROR(check_tensor(op, "out", out, 2, {DType::int32}));
-  DSA_RETURN_IF_ERROR(expect_extent(op, "out", out, 0, input.size(0), std::string("the length of ") + input_name));
-  DSA_RETURN_IF_ERROR(expect_extent(op, "out", out, 1, next_n, "next_n"));
-  DSA_RETURN_IF_ERROR(expect_no_overlap(op, "out", out));
-  DSA_RETURN_IF_ERROR(expect_one_device(op, {{input_name, &input}, {"out", &out}}));
   LengthsProblem p;
+  DSA_RETURN_IF_ERROR(parse_request_offsets(op, request_offsets, &p.varlen));
+  DSA_RETURN_IF_ERROR(check_tensor(op, input_name, input, 1, {DType::int32}));
+  if (p.varlen.offsets != nullptr) {
+    if (next_n != 1) {
+      return fail(ErrorCode::invalid_argument, op, "next_n",
+                  "must be 1 with request_offsets (every row is one token), got " + str(next_n));
+    }
+    DSA_RETURN_IF_ERROR(expect_extent(op, input_name, input, 0, p.varlen.requests, "the requests B of request_offsets"));
+    DSA_RETURN_IF_ERROR(check_tensor(op, "out", out, out.ndim == 2 ? 2 : 1, {DType::int32}));
+    if (out.ndim == 2) DSA_RETURN_IF_ERROR(expect_extent(op, "out", out, 1, 1, "1 with request_offsets"));
+    if (out.size(0) > kInt32Max) return fail(ErrorCode::bad_shape, op, "out", "more rows than the int32 range");
+  } else {
+    DSA_RETURN_IF_ERROR(check_tensor(op, "out", out, 2, {DType::int32}));
+    DSA_RETURN_IF_ERROR(expect_extent(op, "out", out, 0, input.size(0), std::string("the length of ") + input_name));
+    DSA_RETURN_IF_ERROR(expect_extent(op, "out", out, 1, next_n, "next_n"));
+  }
+  DSA_RETURN_IF_ERROR(expect_no_overlap(op, "out", out));
+  DSA_RETURN_IF_ERROR(expect_one_device(
+      op, {{input_name, &input}, {"out", &out}, {"request_offsets", &request_offsets}}));
   p.device = input.device;
   p.convention = convention;
   p.batch = input.size(0);
@@ -481,7 +495,8 @@ Status validate_context_lens(const char* op, LengthConvention convention, const 
   p.input_stride = input.stride(0);
   p.out = out.ptr<std::int32_t>();
   p.out_stride_b = out.stride(0);
-  p.out_stride_n = out.stride(1);
+  p.out_stride_n = out.ndim == 2 ? out.stride(1) : 0;
+  p.rows = out.size(0);
   *problem = p;
   return Status::success();
 }
@@ -905,16 +920,20 @@ Status check_store_keys_slots(const StoreKeysProblem& p) {
 
 Status check_length_inputs(const char* op, const LengthsProblem& p) {
   const char* name = length_input_name(p.convention);
+  if (p.varlen.offsets != nullptr) DSA_RETURN_IF_ERROR(check_request_offsets(op, p.varlen, p.rows, "rows of out"));
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const std::int64_t length = p.input[b * p.input_stride];
+    // The most added to the input: next_n, or with request_offsets the request's rows.
+    const std::int64_t added =
+        p.varlen.offsets != nullptr ? p.varlen.offsets[b + 1] - p.varlen.offsets[b] : p.next_n;
     if (length < 0) {
       return fail(ErrorCode::invalid_argument, op, name,
                   std::string(name) + "[" + str(b) + "] = " + str(length) + " is negative");
     }
-    if (p.convention != LengthConvention::legacy && length + p.next_n > kInt32Max) {
+    if (p.convention != LengthConvention::legacy && length + added > kInt32Max) {
       return fail(ErrorCode::invalid_argument, op, name,
-                  std::string(name) + "[" + str(b) + "] = " + str(length) +
-                      " plus next_n overflows int32");
+                  std::string(name) + "[" + str(b) + "] = " + str(length) + " plus " +
+                      (p.varlen.offsets != nullptr ? "the request's rows" : "next_n") + " overflows int32");
     }
   }
   return Status::success();

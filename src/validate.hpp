@@ -33,7 +33,8 @@ Status validate_quantize_queries(const TensorView& q, const TensorView& head_gat
 
 // `op` is the public name of the builder ("causal_context_lens", ...).
 Status validate_context_lens(const char* op, LengthConvention convention, const TensorView& input,
-                             int next_n, const TensorView& out, LengthsProblem* problem);
+                             int next_n, const TensorView& out, const TensorView& request_offsets,
+                             LengthsProblem* problem);
 
 // `path` must already be resolved to native or per_token.
 Status validate_plan_schedule(const TensorView& context_lens, int num_workers, LogitsPath path,

@@ -12,7 +12,8 @@
 //   schedule[w]           = (unit, chunk) of worker w's first item, w < num_workers
 //                           (an empty range starts where the next one starts)
 //   schedule[num_workers] = (number of units, 256): B on the native path,
-//                           B * next_n on the per-token path
+//                           B * next_n on the per-token path (T rows on
+//                           either path with request_offsets, below)
 // The plan can be computed on the host or on the device (a kernel, so a
 // CUDA-graph replay refreshes it without a host synchronization).
 //

@@ -55,16 +55,6 @@ struct QuantizeQueriesProblem {
 
 enum class LengthConvention { causal, expanded, legacy };
 
-struct LengthsProblem {
-  Device device;
-  LengthConvention convention = LengthConvention::causal;
-  std::int64_t batch = 0;
-  int next_n = 1;
-  const std::int32_t* input = nullptr;  // [B]
-  std::int64_t input_stride = 0;
-  std::int32_t* out = nullptr;  // [B, next_n]
-  std::int64_t out_stride_b = 0, out_stride_n = 0;
-};
 
 // 2-D context lengths [B, next_n].
 struct LengthsRef {
@@ -79,6 +69,19 @@ struct LengthsRef {
 struct RequestRows {
   const std::int32_t* offsets = nullptr;  // [requests + 1], contiguous; nullptr: none
   std::int64_t requests = 0;
+};
+
+struct LengthsProblem {
+  Device device;
+  LengthConvention convention = LengthConvention::causal;
+  std::int64_t batch = 0;
+  int next_n = 1;
+  const std::int32_t* input = nullptr;  // [B]
+  std::int64_t input_stride = 0;
+  std::int32_t* out = nullptr;  // [B, next_n]; with varlen [T] (out_stride_n unused)
+  std::int64_t out_stride_b = 0, out_stride_n = 0;
+  RequestRows varlen;  // causal only: row offsets[b] + t of request b gets input[b] + t + 1
+  std::int64_t rows = 0;  // T, with varlen
 };
 
 struct ScheduleProblem {

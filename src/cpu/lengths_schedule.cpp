@@ -36,6 +36,15 @@ std::int64_t first_item_of(std::int64_t worker, std::int64_t total, std::int64_t
 
 Status context_lens(const LengthsProblem& p, const ExecContext&) {
   DSA_RETURN_IF_ERROR(check_length_inputs(lengths_op_name(p.convention), p));
+  if (p.varlen.offsets != nullptr) {
+    for (std::int64_t b = 0; b < p.batch; ++b) {
+      const std::int32_t first = p.varlen.offsets[b];
+      for (std::int32_t row = first; row < p.varlen.offsets[b + 1]; ++row) {
+        p.out[row * p.out_stride_b] = row_context_length(p.convention, p.input[b * p.input_stride], 1, row - first);
+      }
+    }
+    return Status::success();
+  }
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const std::int32_t input = p.input[b * p.input_stride];
     for (int j = 0; j < p.next_n; ++j) {

@@ -33,6 +33,26 @@ __device__ std::int32_t convention_length(LengthConvention convention, std::int6
   return static_cast<std::int32_t>(length < INT32_MAX ? length : INT32_MAX);
 }
 
+// One thread per row of uneven requests: row r of request b (offsets[b] + t)
+// gets the causal input[b] + t + 1; a row of no request is recorded and 0.
+__global__ void row_context_lens_kernel(LengthsProblem p, DeviceErrorRecord* record) {
+  for (std::int64_t row = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; row < p.rows;
+       row += std::int64_t{gridDim.x} * blockDim.x) {
+    const std::int64_t b = request_of_row(p.varlen.offsets, p.varlen.requests, row);
+    if (b < 0) {
+      report_device_error(record, kRowWithoutRequest, row, p.varlen.requests, p.varlen.offsets[p.varlen.requests]);
+      p.out[row * p.out_stride_b] = 0;
+      continue;
+    }
+    std::int32_t input = p.input[b * p.input_stride];
+    if (input < 0) {
+      if (row == p.varlen.offsets[b]) report_device_error(record, kNegativeLength, b, input, 0);
+      input = 0;
+    }
+    p.out[row * p.out_stride_b] = convention_length(p.convention, input, 1, static_cast<int>(row - p.varlen.offsets[b]));
+  }
+}
+
 // One thread per output element (b, j).
 __global__ void context_lens_kernel(LengthsProblem p, DeviceErrorRecord* record) {
   const std::int64_t total = p.batch * p.next_n;
@@ -149,6 +169,14 @@ __global__ void __launch_bounds__(kPlanThreads) plan_schedule_kernel(SchedulePro
 }  // namespace
 
 Status context_lens(const LengthsProblem& p, const ExecContext& ctx) {
+  if (p.varlen.offsets != nullptr) {
+    if (p.rows > 0) {
+      row_context_lens_kernel<<<grid_for(p.rows, kLengthThreads), kLengthThreads, 0, stream_of(ctx)>>>(
+          p, error_record(ctx));
+      DSA_CUDA_CHECK_LAUNCH("row_context_lens_kernel");
+    }
+    return Status::success();
+  }
   const std::int64_t total = p.batch * p.next_n;
   if (total > 0) {
     context_lens_kernel<<<grid_for(total, kLengthThreads), kLengthThreads, 0, stream_of(ctx)>>>(

@@ -428,5 +428,51 @@ TEST_P(VarlenValidationTest, LengthRulesNameTheRow) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, VarlenValidationTest, ::testing::ValuesIn(cpu_backends()), backend_label);
 
+// causal_context_lens with request_offsets: row offsets[b] + t gets prefix[b] + t + 1.
+class VarlenCausalLensTest : public ::testing::TestWithParam<dsa::Backend> {};
+
+TEST_P(VarlenCausalLensTest, RowsOfEachRequest) {
+  const dsa::ExecContext ctx = cpu_context(GetParam());
+  std::vector<std::int32_t> prefix{10, 5, 0, 300};
+  std::vector<std::int32_t> offsets{0, 2, 2, 7, 8};
+  std::vector<std::int32_t> out(8, -7);
+  DSA_ASSERT_OK(dsa::causal_context_lens(view_of(prefix, {4}), 1, view_of(out, {8}), ctx, view_of(offsets, {5})));
+  EXPECT_EQ(out, (std::vector<std::int32_t>{11, 12, 1, 2, 3, 4, 5, 301}));
+  std::vector<std::int32_t> out_2d(8, -7);
+  DSA_ASSERT_OK(dsa::causal_context_lens(view_of(prefix, {4}), 1, view_of(out_2d, {8, 1}), ctx, view_of(offsets, {5})));
+  EXPECT_EQ(out_2d, out);
+
+  // The lengths of a prefill chunk of 120 new tokens after 37 committed ones.
+  std::vector<std::int32_t> one_prefix{37}, one_request{0, 120}, rows(120, -7);
+  DSA_ASSERT_OK(
+      dsa::causal_context_lens(view_of(one_prefix, {1}), 1, view_of(rows, {120}), ctx, view_of(one_request, {2})));
+  for (int t = 0; t < 120; ++t) EXPECT_EQ(rows[t], 37 + t + 1);
+}
+
+TEST_P(VarlenCausalLensTest, Rules) {
+  using dsa::ErrorCode;
+  const dsa::ExecContext ctx = cpu_context(GetParam());
+  std::vector<std::int32_t> prefix{10, 5, 0};
+  std::vector<std::int32_t> out(7, -7);
+  const auto build = [&](std::vector<std::int32_t> offsets, int next_n, dsa::TensorView out_view) {
+    return dsa::causal_context_lens(view_of(prefix, {3}), next_n, out_view, ctx,
+                                    view_of(offsets, {static_cast<std::int64_t>(offsets.size())}));
+  };
+  EXPECT_TRUE(fails_naming(build({0, 2, 2, 7}, 2, view_of(out, {7})), ErrorCode::invalid_argument, "next_n"));
+  EXPECT_TRUE(fails_naming(build({0, 2, 7}, 1, view_of(out, {7})), ErrorCode::bad_shape, "prefix_lens"));
+  EXPECT_TRUE(fails_naming(build({0, 3, 2, 7}, 1, view_of(out, {7})), ErrorCode::invalid_argument, "request_offsets"));
+  EXPECT_TRUE(fails_naming(build({0, 2, 2, 6}, 1, view_of(out, {7})), ErrorCode::invalid_argument, "request_offsets"));
+  EXPECT_TRUE(fails_naming(build({0, 2, 2, 7}, 1, view_of(out, {7, 2})), ErrorCode::bad_shape, "out"));
+  std::vector<std::int32_t> negative{10, -1, 0};
+  std::vector<std::int32_t> offsets{0, 2, 2, 7};
+  EXPECT_TRUE(fails_naming(dsa::causal_context_lens(view_of(negative, {3}), 1, view_of(out, {7}), ctx,
+                                                    view_of(offsets, {4})),
+                           ErrorCode::invalid_argument, "prefix_lens"));
+  // Offsets are rejected before anything is written.
+  EXPECT_EQ(out, std::vector<std::int32_t>(7, -7));
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, VarlenCausalLensTest, ::testing::ValuesIn(cpu_backends()), backend_label);
+
 }  // namespace
 }  // namespace dsa_test

@@ -270,6 +270,28 @@ TEST(GpuVarlenErrors, LengthBeyondMaxContextNaNsTheRow) {
   for (std::int64_t p = 0; p < cols; ++p) EXPECT_TRUE(std::isnan(logit_at(run.bytes, DType::float32, 4 * cols + p)));
 }
 
+// causal_context_lens with request_offsets: row offsets[b] + t gets prefix[b]
+// + t + 1; a row that no request covers is recorded and set to 0.
+TEST(GpuVarlenLengths, CausalRowsAndUncoveredRows) {
+  DSA_REQUIRE_GPU();
+  GpuContext gpu(Backend::cuda_generic, dsa::paged_mqa_logits_workspace_bytes(dsa::ExecContext{}));
+  gpu.ctx.check_device_errors = true;
+  const dsa::DeviceBuffer prefix = device_copy(std::vector<std::int32_t>{10, 5, 0, 300});
+  const dsa::DeviceBuffer offsets = device_copy(std::vector<std::int32_t>{0, 2, 2, 7, 8});
+  dsa::DeviceBuffer out = device_filled(4 * 8, 0xFF);
+  DSA_GPU_ASSERT_OK(dsa::causal_context_lens(device_view(prefix, DType::int32, {4}), 1,
+                                             device_view(out, DType::int32, {8}), gpu.ctx,
+                                             device_view(offsets, DType::int32, {5})));
+  EXPECT_EQ(host_copy<std::int32_t>(out), (std::vector<std::int32_t>{11, 12, 1, 2, 3, 4, 5, 301}));
+  const dsa::DeviceBuffer short_offsets = device_copy(std::vector<std::int32_t>{0, 2, 2, 7, 7});
+  const dsa::Status status = dsa::causal_context_lens(device_view(prefix, DType::int32, {4}), 1,
+                                                      device_view(out, DType::int32, {8}), gpu.ctx,
+                                                      device_view(short_offsets, DType::int32, {5}));
+  EXPECT_EQ(status.code(), dsa::ErrorCode::invalid_argument) << status.to_string();
+  EXPECT_NE(status.message().find("request_offsets"), std::string::npos) << status.message();
+  EXPECT_EQ(host_copy<std::int32_t>(out)[7], 0);
+}
+
 // plan_schedule and paged_mqa_logits with request_offsets captured once and
 // replayed after new row lengths are written into the same buffers.
 TEST(GpuVarlenGraph, CapturedPlanAndLogitsReplay) {
