@@ -156,6 +156,11 @@ def new_context_lens(lens, next_n):
     return fw.empty(lens, (_extent(lens, 0), max(next_n, 0)), "int32")
 
 
+def new_row_context_lens(lens, total_rows):
+    """The rows' lengths [T] of requests of uneven row counts."""
+    return fw.empty(lens, (max(total_rows, 0),), "int32")
+
+
 def schedule_workers(context_lens, num_workers, ctx):
     """num_workers as an int32, default_num_workers() when None."""
     if num_workers is None:
@@ -224,16 +229,29 @@ def quantize_queries(q, head_gate, *, power_of_two_scales=False, weight_scale=0.
 # Context lengths and schedule
 
 
-def context_lens(lens, next_n, convention="causal", *, out=None, workspace=None, **execution):
+def context_lens(lens, next_n, convention="causal", *, request_offsets=None, total_rows=None,
+                 out=None, workspace=None, **execution):
     builder = _choice(_LENGTH_BUILDERS, convention, "convention")
-    next_n = _int32(next_n, f"{convention}_context_lens", "next_n")
-    _check_arrays(f"{convention}_context_lens", [("lens", lens)],
+    op = f"{convention}_context_lens"
+    next_n = _int32(next_n, op, "next_n")
+    _check_arrays(op, [("lens", lens), ("request_offsets", request_offsets)],
                   [("out", out), ("workspace", workspace)])
+    if request_offsets is not None and convention != "causal":
+        raise ValueError(f"{op}: request_offsets: only the causal convention has the form of "
+                         f"requests of uneven row counts")
     if out is None:
-        out = new_context_lens(lens, next_n)
+        if request_offsets is None:
+            out = new_context_lens(lens, next_n)
+        elif total_rows is None:
+            raise ValueError(f"{op}: total_rows: give the rows T (request_offsets[-1]) or `out` "
+                             f"[T] with request_offsets; reading T from the device would "
+                             f"synchronize")
+        else:
+            out = new_row_context_lens(lens, _int64(total_rows, op, "total_rows"))
     ctx = make_context(lens, **execution)
     ws = _basic_workspace(lens, ctx, workspace)
-    builder(fw.export(lens), next_n, fw.export(out), ctx, fw.export(ws))
+    builder(fw.export(lens), next_n, fw.export(out), fw.export(request_offsets), ctx,
+            fw.export(ws))
     return out
 
 

@@ -92,14 +92,21 @@ def quantize_queries(q, head_gate, *, power_of_two_scales=False, weight_scale=0.
 # Context lengths and schedule
 
 
-def context_lens(lens, next_n, convention="causal", *, out=None, workspace=None, **execution):
+def context_lens(lens, next_n, convention="causal", *, request_offsets=None, total_rows=None,
+                 out=None, workspace=None, **execution):
     """Builds int32 context_lens [B, next_n] from int32 lengths [B].
 
     convention "causal":   L[b, j] = lens[b] + j + 1        (lens = committed prefix)
                "expanded": L[b, j] = lens[b] + next_n       (lens = committed prefix)
-               "legacy":   L[b, j] = max(0, lens[b] - next_n + j + 1)  (1-D lengths)"""
-    return _implementation("context_lens")(lens, next_n, convention=convention, out=out,
-                                           workspace=workspace, **execution)
+               "legacy":   L[b, j] = max(0, lens[b] - next_n + j + 1)  (1-D lengths)
+
+    Requests of uneven row counts (causal only, next_n 1): with request_offsets int32
+    [B + 1] the result is the rows' lengths int32 [T], row request_offsets[b] + t getting
+    lens[b] + t + 1; give T as total_rows (or `out` [T])."""
+    return _implementation("context_lens")(lens, next_n, convention=convention,
+                                           request_offsets=request_offsets,
+                                           total_rows=total_rows, out=out, workspace=workspace,
+                                           **execution)
 
 
 def causal_context_lens(prefix_lens, next_n, **kwargs):

@@ -39,7 +39,7 @@ _TYPES = {
     "cache": "Tensor(c!)",
     "workspace": "Tensor(w!)",
     **dict.fromkeys(("next_n", "num_workers", "max_context_len", "k", "rows_per_request",
-                     "page_size", "stream", "num_threads", "max_seqlen_k"), "int"),
+                     "page_size", "stream", "num_threads", "max_seqlen_k", "total_rows"), "int"),
     "weight_scale": "float",
     **dict.fromkeys(("power_of_two_scales", "clean_logits", "sorted", "physical_slots",
                      "reference_float64", "check_device_errors", "compressed"), "bool"),
@@ -113,7 +113,9 @@ else:
     def _quantized_fake(q, **_):
         return _eager.new_quantized(q)
 
-    def _context_lens_fake(lens, next_n, **_):
+    def _context_lens_fake(lens, next_n, request_offsets, total_rows, **_):
+        if request_offsets is not None and total_rows is not None:
+            return _eager.new_row_context_lens(lens, total_rows)
         return _eager.new_context_lens(lens, next_n)
 
     def _schedule_fake(context_lens, num_workers, execution, **_):

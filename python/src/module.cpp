@@ -20,7 +20,16 @@ using namespace nb::literals;
 namespace dsa::python {
 namespace {
 
-using LengthsBuilder = Status (*)(const TensorView&, int, const TensorView&, const ExecContext&);
+using LengthsBuilder = Status (*)(const TensorView&, int, const TensorView&, const ExecContext&,
+                                  const TensorView&);
+
+// The builders without the varlen form, as LengthsBuilder: request_offsets is
+// always absent (the Python layer passes it to causal_context_lens only).
+template <Status (*Build)(const TensorView&, int, const TensorView&, const ExecContext&)>
+Status without_offsets(const TensorView& lens, int next_n, const TensorView& out, const ExecContext& ctx,
+                       const TensorView&) {
+  return Build(lens, next_n, out, ctx);
+}
 
 // The page sizes of the key cache the library serves (supported_page_size),
 // in increasing order.
@@ -163,21 +172,25 @@ void bind_lengths_builder(nb::module_& m, const char* name, const char* input_na
   m.def(
       name,
       [builder, name, input_name](const InputArray& lens, int next_n, const OutputArray& out,
-                                  const ExecContext& ctx, const OptionalOutput& workspace) {
+                                  const OptionalInput& request_offsets, const ExecContext& ctx,
+                                  const OptionalOutput& workspace) {
         const std::string input_argument = std::string(name) + ": " + input_name;
         const TensorView lens_view = to_view(lens, input_argument.c_str());
         const std::string out_argument = std::string(name) + ": out";
         const TensorView out_view = to_view(out, out_argument.c_str());
+        const std::string offsets_argument = std::string(name) + ": request_offsets";
+        const TensorView offsets_view = to_view(request_offsets, offsets_argument.c_str());
         const ExecContext call_ctx = with_workspace(ctx, workspace);
-        run_released([&] { return builder(lens_view, next_n, out_view, call_ctx); });
+        run_released([&] { return builder(lens_view, next_n, out_view, call_ctx, offsets_view); });
       },
-      nb::arg(input_name), "next_n"_a, "out"_a, "ctx"_a, "workspace"_a.none());
+      nb::arg(input_name), "next_n"_a, "out"_a, "request_offsets"_a.none(), "ctx"_a, "workspace"_a.none());
 }
 
 void bind_lengths_and_schedule(nb::module_& m) {
-  bind_lengths_builder(m, "causal_context_lens", "prefix_lens", &causal_context_lens);
-  bind_lengths_builder(m, "expanded_context_lens", "prefix_lens", &expanded_context_lens);
-  bind_lengths_builder(m, "legacy_context_lens", "lens", &legacy_context_lens);
+  bind_lengths_builder(m, "causal_context_lens", "prefix_lens",
+                       static_cast<LengthsBuilder>(&causal_context_lens));
+  bind_lengths_builder(m, "expanded_context_lens", "prefix_lens", &without_offsets<&expanded_context_lens>);
+  bind_lengths_builder(m, "legacy_context_lens", "lens", &without_offsets<&legacy_context_lens>);
 
   m.def(
       "plan_schedule",

@@ -77,6 +77,24 @@ def scoring(p):
     return p["q"], p["cache"], p["weights"], p["lens"], p["table"], p["max_len"]
 
 
+def varlen_scoring(p):
+    """The scoring inputs as rows of requests of uneven row counts: the request_offsets of
+    the problem's requests, q [T, 1, H, D] and the rows' lengths [T]."""
+    batch, next_n = p["lens"].shape
+    q = p["q"].reshape(batch * next_n, 1, *p["q"].shape[2:])
+    return q, p["cache"], p["weights"], p["lens"].reshape(-1), p["table"], p["max_len"]
+
+
+def varlen_offsets(p):
+    batch, next_n = p["lens"].shape
+    return torch.arange(batch + 1, dtype=torch.int32) * next_n
+
+
+def varlen_indices(p):
+    batch, next_n = p["lens"].shape
+    return torch.arange(batch, dtype=torch.int32).repeat_interleave(next_n)
+
+
 def prefill_args(p):
     return p["pq"], p["pkeys"], p["pscales"], p["pweights"], p["ks"], p["ke"]
 
@@ -214,6 +232,22 @@ CASES = {
         p["q"], p["cache"].view(-1, ref.PAGE, 1, D + 4), p["weights"], p["prefix"] + 2,
         p["table"], deep_gemm.get_paged_mqa_logits_metadata(p["prefix"] + 2, 64, 4),
         p["max_len"], True),
+    # Requests of uneven row counts.
+    "plan_schedule_request_offsets": lambda p: dsa.plan_schedule(
+        p["lens"].reshape(-1), 3, request_offsets=varlen_offsets(p)),
+    "paged_mqa_logits_request_offsets": lambda p: dsa.paged_mqa_logits(
+        *varlen_scoring(p), clean_logits=True, request_offsets=varlen_offsets(p)),
+    "index_topk_request_offsets": lambda p: dsa.index_topk(
+        *varlen_scoring(p), 8, sorted=True, physical_slots=True,
+        request_offsets=varlen_offsets(p)),
+    "causal_context_lens_request_offsets": lambda p: dsa.causal_context_lens(
+        p["prefix"], 1, request_offsets=varlen_offsets(p), total_rows=p["lens"].numel()),
+    "deep_gemm_indices": lambda p: deep_gemm.fp8_fp4_paged_mqa_logits(
+        (varlen_scoring(p)[0], None), p["cache"].view(-1, ref.PAGE, 1, D + 4), p["weights"],
+        p["lens"].reshape(-1), p["table"],
+        deep_gemm.get_paged_mqa_logits_metadata(p["lens"].reshape(-1), 64, 3,
+                                                indices=varlen_indices(p)),
+        p["max_len"], clean_logits=True, indices=varlen_indices(p)),
     # The page size, and the top-k's ragged options.
     "store_index_keys_page_size": lambda p: dsa.store_index_keys(
         p["keys"], p["slots"], torch.zeros(4, ref.page_bytes(D, 32), dtype=torch.uint8),

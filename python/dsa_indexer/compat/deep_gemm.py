@@ -26,9 +26,10 @@ pair (q, None).
                   "float32" / "bfloat16" (NumPy arrays have no bfloat16)
   indices         requests of uneven row counts (adaptive speculation, prefill chunks):
                   int32 [T], the request of each row, the rows of a request contiguous
-                  and the requests in increasing order (as engines lay them out;
-                  unsorted indices are the caller's error, reported as request_offsets
-                  or giving NaN rows on CUDA). Then q is [T, 1, H, D], weights [T, H],
+                  and the requests in increasing order, as engines lay them out
+                  (unsorted indices are the caller's error: rows may then be scored
+                  against another request's pages; an index outside [0, B) is reported
+                  as a request_offsets error). Then q is [T, 1, H, D], weights [T, H],
                   context_lens int32 [T] (row r sees positions < context_lens[r]),
                   block_table [B, max_blocks] with every index < B, and the metadata
                   must be planned with the same indices
