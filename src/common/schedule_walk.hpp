@@ -84,6 +84,8 @@ struct UnitSpan {
 // The unit holding `unit` (0 <= unit < layout.units) named as the schedule
 // names units. Only with request_offsets on the native path can a name fall
 // inside a unit (a row tile's later row): the span then starts before it.
+// Its rows stay within [0, units) and it ends past `unit` whatever the
+// offsets hold (the CUDA planner walks offsets nobody checked).
 DSA_HD UnitSpan unit_containing(const UnitLayout& l, std::int64_t unit) {
   if (l.request_offsets == nullptr) {
     if (l.path == LogitsPath::per_token) return UnitSpan{unit, unit + 1, unit / l.next_n, unit, 1};
@@ -92,10 +94,11 @@ DSA_HD UnitSpan unit_containing(const UnitLayout& l, std::int64_t unit) {
   const std::int64_t request = request_of_row(l.request_offsets, l.requests, unit);
   if (request < 0 || l.path == LogitsPath::per_token) return UnitSpan{unit, unit + 1, request, unit, 1};
   const std::int64_t begin = l.request_offsets[request];
-  const std::int64_t first = begin + (unit - begin) / kVarlenRowTile * kVarlenRowTile;
-  const std::int64_t end = first + kVarlenRowTile < l.request_offsets[request + 1]
-                               ? first + kVarlenRowTile
-                               : l.request_offsets[request + 1];
+  std::int64_t first = begin + (unit - begin) / kVarlenRowTile * kVarlenRowTile;
+  std::int64_t end = first + kVarlenRowTile < l.request_offsets[request + 1] ? first + kVarlenRowTile
+                                                                              : l.request_offsets[request + 1];
+  first = first > 0 ? first : 0;
+  end = end < l.units ? end : l.units;
   return UnitSpan{first, end, request, first, end - first};
 }
 

@@ -233,9 +233,15 @@ TEST(GpuVarlenErrors, BrokenOffsetsAreRecordedAndRowsNaN) {
   GpuContext gpu(Backend::cuda_generic, dsa::paged_mqa_logits_workspace_bytes(dsa::ExecContext{}));
   const dsa::DeviceBuffer schedule = plan_varlen(dv, 4, LogitsPath::native, gpu.ctx);
   const std::vector<std::vector<std::int32_t>> broken{
-      {0, 6, 3, 11}, {1, 3, 9, 11}, {0, 3, 9, 10}, {0, 3, 9, 12}};
+      {0, 6, 3, 11}, {1, 3, 9, 11}, {0, 3, 9, 10}, {0, 3, 9, 12}, {-5, 3, 9, 11}, {0, 3, 40, 11}};
   for (const auto& offsets : broken) {
     const dsa::DeviceBuffer bad = device_copy(offsets);
+    // The device planner walks the unchecked offsets without reading out of bounds.
+    dsa::DeviceBuffer bad_schedule = device_filled(8 * 6, 0xFF);
+    gpu.ctx.check_device_errors = false;
+    DSA_GPU_ASSERT_OK(dsa::plan_schedule(dv.lens_view(), 5, LogitsPath::native, schedule_view(bad_schedule),
+                                         gpu.ctx, device_view(bad, DType::int32, {4})));
+    DSA_GPU_ASSERT_OK(gpu.sync());
     dsa::DeviceBuffer out = device_filled(4 * rows * (cols + 1), 0xFF);
     dsa::LogitsOptions options;
     options.request_offsets = device_view(bad, DType::int32, {4});
