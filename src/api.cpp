@@ -66,10 +66,12 @@ bool hopper_candidate(Device device, const ExecContext& ctx) {
 
 // The page size takes no part (the Hopper kernels read both), so that
 // plan_schedule, which sees no cache, resolves `automatic` as the scoring
-// call does.
+// call does. Rows of uneven requests (request_offsets) run on the generic
+// kernels, which score row tiles natively.
 LogitsPath resolve_path(LogitsPath requested, std::int64_t next_n, std::int64_t heads, int head_dim,
-                        Device device, const ExecContext& ctx) {
+                        Device device, const ExecContext& ctx, bool uneven = false) {
   if (requested != LogitsPath::automatic) return requested;
+  if (uneven) return LogitsPath::native;
   // The CPU and generic CUDA backends score every next_n natively; the Hopper
   // kernels only some, and flatten the rest when their next_n = 1 variant exists.
   if (hopper_candidate(device, ctx) &&
@@ -85,6 +87,12 @@ Status select_scoring_engine(const char* op, const detail::LogitsProblem& p, con
                              Engine* engine) {
   DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, engine));
   if (!is_cuda_engine(*engine)) return Status::success();
+  const bool uneven = p.varlen.offsets != nullptr;
+  if (ctx.backend == Backend::cuda_hopper && uneven) {
+    return {ErrorCode::unsupported,
+            std::string(op) + ": ctx.backend: cuda_hopper does not take request_offsets (requests of uneven "
+                              "row counts); use automatic or cuda_generic"};
+  }
   // The Hopper kernels read fp8 queries and keys only; fp4 goes to the generic kernels.
   const bool fp4 = p.fp4_keys() || p.fp4_queries();
   if (ctx.backend == Backend::cuda_hopper && fp4) {
@@ -94,7 +102,7 @@ Status select_scoring_engine(const char* op, const detail::LogitsProblem& p, con
                 "; use automatic or cuda_generic"};
   }
   const bool hopper_serves =
-      hopper_candidate(p.device, ctx) && !fp4 &&
+      !uneven && hopper_candidate(p.device, ctx) && !fp4 &&
       cuda::hopper_supports_native(p.rows_per_unit(), static_cast<int>(p.heads), p.head_dim);
   if (ctx.backend == Backend::cuda_hopper && !hopper_serves) {
     return {ErrorCode::unsupported,
@@ -163,9 +171,10 @@ bool fused_on_cuda(IndexTopkStrategy strategy) { return strategy == IndexTopkStr
 bool fused_on_cpu(IndexTopkStrategy strategy) { return strategy != IndexTopkStrategy::logits_then_topk; }
 
 Status context_lens_op(const char* op, detail::LengthConvention convention, const TensorView& input,
-                       int next_n, const TensorView& out, const ExecContext& ctx) {
+                       int next_n, const TensorView& out, const ExecContext& ctx,
+                       const TensorView& request_offsets = {}) {
   detail::LengthsProblem p;
-  DSA_RETURN_IF_ERROR(detail::validate_context_lens(op, convention, input, next_n, out, &p));
+  DSA_RETURN_IF_ERROR(detail::validate_context_lens(op, convention, input, next_n, out, request_offsets, &p));
   Engine engine;
   DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, &engine));
   if (!is_cuda_engine(engine)) return run_cpu(op, [&] { return cpu::context_lens(p, ctx); });
@@ -232,11 +241,12 @@ int default_num_workers(Device device, const ExecContext& ctx) {
 }
 
 Status plan_schedule(const TensorView& context_lens, int num_workers, LogitsPath path,
-                     const TensorView& schedule, const ExecContext& ctx) {
+                     const TensorView& schedule, const ExecContext& ctx, const TensorView& request_offsets) {
   const char* op = "plan_schedule";
   detail::ScheduleProblem p;
-  DSA_RETURN_IF_ERROR(detail::validate_plan_schedule(context_lens, num_workers, path, schedule, &p));
-  p.path = resolve_path(path, p.next_n, kModelHeads, kModelHeadDim, p.device, ctx);
+  DSA_RETURN_IF_ERROR(
+      detail::validate_plan_schedule(context_lens, num_workers, path, schedule, request_offsets, &p));
+  p.path = resolve_path(path, p.next_n, kModelHeads, kModelHeadDim, p.device, ctx, p.varlen.offsets != nullptr);
   Engine engine;
   DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, &engine));
   if (!is_cuda_engine(engine)) return run_cpu(op, [&] { return cpu::plan_schedule(p, ctx); });
@@ -299,8 +309,13 @@ std::size_t quantize_queries_workspace_bytes(const ExecContext& ctx) {
 
 Status causal_context_lens(const TensorView& prefix_lens, int next_n, const TensorView& out,
                            const ExecContext& ctx) {
+  return causal_context_lens(prefix_lens, next_n, out, ctx, TensorView{});
+}
+
+Status causal_context_lens(const TensorView& prefix_lens, int next_n, const TensorView& out,
+                           const ExecContext& ctx, const TensorView& request_offsets) {
   return context_lens_op("causal_context_lens", detail::LengthConvention::causal, prefix_lens, next_n,
-                         out, ctx);
+                         out, ctx, request_offsets);
 }
 
 Status expanded_context_lens(const TensorView& prefix_lens, int next_n, const TensorView& out,
@@ -322,10 +337,10 @@ Status paged_mqa_logits(const TensorView& q, const TensorView& key_cache, const 
   detail::LogitsProblem p;
   DSA_RETURN_IF_ERROR(detail::validate_scoring_inputs(
       op, {q, key_cache, weights, context_lens, block_table, schedule, max_context_len, options.page_size,
-           options.key_format, options.q_block_scales},
+           options.key_format, options.q_block_scales, options.request_offsets},
       &p));
   DSA_RETURN_IF_ERROR(detail::validate_logits_output(logits, options, &p));
-  p.path = resolve_path(options.path, p.next_n, p.heads, p.head_dim, p.device, ctx);
+  p.path = resolve_path(options.path, p.next_n, p.heads, p.head_dim, p.device, ctx, p.varlen.offsets != nullptr);
   Engine engine;
   DSA_RETURN_IF_ERROR(select_scoring_engine(op, p, ctx, &engine));
   if (!is_cuda_engine(engine)) {
@@ -404,15 +419,21 @@ Status index_topk(const TensorView& q, const TensorView& key_cache, const Tensor
   detail::IndexTopkProblem p;
   DSA_RETURN_IF_ERROR(detail::validate_scoring_inputs(
       op, {q, key_cache, weights, context_lens, block_table, schedule, max_context_len, options.page_size,
-           options.key_format, options.q_block_scales},
+           options.key_format, options.q_block_scales, options.request_offsets},
       &p.logits));
   DSA_RETURN_IF_ERROR(detail::validate_index_topk_outputs(topk_lens, indices, options, &p));
+  const bool uneven = p.logits.varlen.offsets != nullptr;
   p.logits.path = resolve_path(options.path, p.logits.next_n, p.logits.heads, p.logits.head_dim,
-                               p.logits.device, ctx);
+                               p.logits.device, ctx, uneven);
   Engine engine;
   DSA_RETURN_IF_ERROR(select_scoring_engine(op, p.logits, ctx, &engine));
   const bool on_cuda = is_cuda_engine(engine);
   const bool fused = on_cuda ? fused_on_cuda(options.strategy) : fused_on_cpu(options.strategy);
+  if (fused && engine == Engine::cuda_generic && uneven) {
+    return {ErrorCode::unsupported,
+            "index_topk: strategy: the fused pass on CUDA does not take request_offsets (requests of uneven "
+            "row counts); use automatic or logits_then_topk"};
+  }
   if (fused && engine == Engine::cuda_generic) {
     return {ErrorCode::unsupported,
             "index_topk: strategy: the fused pass on CUDA runs on the Hopper kernels only (sm_90, "

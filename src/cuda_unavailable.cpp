@@ -55,6 +55,7 @@ std::size_t index_topk_workspace_bytes(std::int64_t, std::int64_t, bool, int, in
 
 bool hopper_available(int) { return false; }
 bool hopper_supports_native(int, int, int) { return false; }
+bool hopper_supports_mqa_logits(const MqaLogitsProblem&) { return false; }
 int multiprocessor_count(int) { return 0; }
 Status read_device_error(const ExecContext&, const char* operation) { return no_cuda(operation); }
 

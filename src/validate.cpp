@@ -379,7 +379,29 @@ std::int64_t used_stride(const TensorView& view, int dim, std::int64_t packed) {
 }
 
 LengthsRef lengths_ref(const TensorView& lens) {
-  return LengthsRef{lens.ptr<const std::int32_t>(), lens.stride(0), lens.stride(1)};
+  return LengthsRef{lens.ptr<const std::int32_t>(), lens.stride(0), lens.ndim > 1 ? lens.stride(1) : 0};
+}
+
+// An optional request_offsets (int32 [B + 1], contiguous) into `rows`.
+Status parse_request_offsets(const char* op, const TensorView& offsets, RequestRows* rows) {
+  *rows = RequestRows{};
+  if (offsets.empty()) return Status::success();
+  DSA_RETURN_IF_ERROR(check_tensor(op, "request_offsets", offsets, 1, {DType::int32}));
+  if (offsets.size(0) < 1 || offsets.size(0) > kInt32Max) {
+    return fail(ErrorCode::bad_shape, op, "request_offsets",
+                "must hold B + 1 entries, 1 <= B + 1 <= 2^31 - 1, got " + offsets.describe());
+  }
+  DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "request_offsets", offsets));
+  *rows = RequestRows{offsets.ptr<const std::int32_t>(), offsets.size(0) - 1};
+  return Status::success();
+}
+
+// context_lens of rows of uneven requests: int32 [T] or [T, 1].
+Status expect_row_lengths(const char* op, const TensorView& lens, std::int64_t rows) {
+  DSA_RETURN_IF_ERROR(check_tensor(op, "context_lens", lens, lens.ndim == 1 ? 1 : 2, {DType::int32}));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "context_lens", lens, 0, rows, "the rows T"));
+  if (lens.ndim == 2) DSA_RETURN_IF_ERROR(expect_extent(op, "context_lens", lens, 1, 1, "1 with request_offsets"));
+  return Status::success();
 }
 
 const char* length_input_name(LengthConvention convention) {
@@ -397,7 +419,8 @@ Status check_schedule(const char* op, const LogitsProblem& p) {
     const std::string got = "(" + str(entry.unit) + ", " + str(entry.chunk) + ")";
     if (w == p.num_workers) {
       return fail(ErrorCode::schedule_mismatch, op, "schedule",
-                  "last row is " + got + " but the " + logits_path_name(p.path) + " path for this batch needs (" +
+                  "last row is " + got + " but the " + logits_path_name(p.path) + " path for this " +
+                      (p.varlen.offsets != nullptr ? "number of rows" : "batch") + " needs (" +
                       str(units) + ", " + str(kChunkTokens) + "): planned for another batch, path or chunk size");
     }
     if (w == 0) return fail(ErrorCode::schedule_mismatch, op, "schedule", "row 0 must be (0, 0), got " + got);
@@ -530,16 +553,30 @@ Status validate_quantize_queries(const TensorView& q, const TensorView& head_gat
 }
 
 Status validate_context_lens(const char* op, LengthConvention convention, const TensorView& input,
-                             int next_n, const TensorView& out, LengthsProblem* problem) {
+                             int next_n, const TensorView& out, const TensorView& request_offsets,
+                             LengthsProblem* problem) {
   if (next_n < 1) return fail(ErrorCode::invalid_argument, op, "next_n", "must be >= 1, got " + str(next_n));
   const char* input_name = length_input_name(convention);
-  DSA_RETURN_IF_ERROR(check_tensor(op, input_name, input, 1, {DType::int32}));
-  DSA_RETURN_IF_ERROR(check_tensor(op, "out", out, 2, {DType::int32}));
-  DSA_RETURN_IF_ERROR(expect_extent(op, "out", out, 0, input.size(0), std::string("the length of ") + input_name));
-  DSA_RETURN_IF_ERROR(expect_extent(op, "out", out, 1, next_n, "next_n"));
-  DSA_RETURN_IF_ERROR(expect_no_overlap(op, "out", out));
-  DSA_RETURN_IF_ERROR(expect_one_device(op, {{input_name, &input}, {"out", &out}}));
   LengthsProblem p;
+  DSA_RETURN_IF_ERROR(parse_request_offsets(op, request_offsets, &p.varlen));
+  DSA_RETURN_IF_ERROR(check_tensor(op, input_name, input, 1, {DType::int32}));
+  if (p.varlen.offsets != nullptr) {
+    if (next_n != 1) {
+      return fail(ErrorCode::invalid_argument, op, "next_n",
+                  "must be 1 with request_offsets (every row is one token), got " + str(next_n));
+    }
+    DSA_RETURN_IF_ERROR(expect_extent(op, input_name, input, 0, p.varlen.requests, "the requests B of request_offsets"));
+    DSA_RETURN_IF_ERROR(check_tensor(op, "out", out, out.ndim == 2 ? 2 : 1, {DType::int32}));
+    if (out.ndim == 2) DSA_RETURN_IF_ERROR(expect_extent(op, "out", out, 1, 1, "1 with request_offsets"));
+    if (out.size(0) > kInt32Max) return fail(ErrorCode::bad_shape, op, "out", "more rows than the int32 range");
+  } else {
+    DSA_RETURN_IF_ERROR(check_tensor(op, "out", out, 2, {DType::int32}));
+    DSA_RETURN_IF_ERROR(expect_extent(op, "out", out, 0, input.size(0), std::string("the length of ") + input_name));
+    DSA_RETURN_IF_ERROR(expect_extent(op, "out", out, 1, next_n, "next_n"));
+  }
+  DSA_RETURN_IF_ERROR(expect_no_overlap(op, "out", out));
+  DSA_RETURN_IF_ERROR(expect_one_device(
+      op, {{input_name, &input}, {"out", &out}, {"request_offsets", &request_offsets}}));
   p.device = input.device;
   p.convention = convention;
   p.batch = input.size(0);
@@ -548,17 +585,29 @@ Status validate_context_lens(const char* op, LengthConvention convention, const 
   p.input_stride = input.stride(0);
   p.out = out.ptr<std::int32_t>();
   p.out_stride_b = out.stride(0);
-  p.out_stride_n = out.stride(1);
+  p.out_stride_n = out.ndim == 2 ? out.stride(1) : 0;
+  p.rows = out.size(0);
   *problem = p;
   return Status::success();
 }
 
 Status validate_plan_schedule(const TensorView& context_lens, int num_workers, LogitsPath path,
-                              const TensorView& schedule, ScheduleProblem* problem) {
+                              const TensorView& schedule, const TensorView& request_offsets,
+                              ScheduleProblem* problem) {
   const char* op = "plan_schedule";
   DSA_RETURN_IF_ERROR(expect_path(op, "path", path));
-  DSA_RETURN_IF_ERROR(check_tensor(op, "context_lens", context_lens, 2, {DType::int32}));
-  DSA_RETURN_IF_ERROR(expect_next_n(op, "context_lens", context_lens));
+  RequestRows varlen;
+  DSA_RETURN_IF_ERROR(parse_request_offsets(op, request_offsets, &varlen));
+  if (varlen.offsets != nullptr) {
+    if (context_lens.ndim != 1 && context_lens.ndim != 2) {
+      return fail(ErrorCode::bad_shape, op, "context_lens",
+                  "expected int32 [T] or [T, 1] with request_offsets, got " + context_lens.describe());
+    }
+    DSA_RETURN_IF_ERROR(expect_row_lengths(op, context_lens, context_lens.size(0)));
+  } else {
+    DSA_RETURN_IF_ERROR(check_tensor(op, "context_lens", context_lens, 2, {DType::int32}));
+    DSA_RETURN_IF_ERROR(expect_next_n(op, "context_lens", context_lens));
+  }
   if (num_workers < 1) {
     return fail(ErrorCode::invalid_argument, op, "num_workers", "must be >= 1, got " + str(num_workers));
   }
@@ -568,15 +617,18 @@ Status validate_plan_schedule(const TensorView& context_lens, int num_workers, L
   if (!schedule.is_contiguous()) {
     return fail(ErrorCode::bad_stride, op, "schedule", "must be contiguous, got " + schedule.describe());
   }
-  if (context_lens.size(0) * context_lens.size(1) > kInt32Max) {
+  const std::int64_t next_n = context_lens.ndim > 1 ? context_lens.size(1) : 1;
+  if (context_lens.size(0) * next_n > kInt32Max) {
     return fail(ErrorCode::bad_shape, op, "context_lens", "B * next_n exceeds the int32 range");
   }
-  DSA_RETURN_IF_ERROR(expect_one_device(op, {{"context_lens", &context_lens}, {"schedule", &schedule}}));
+  DSA_RETURN_IF_ERROR(expect_one_device(
+      op, {{"context_lens", &context_lens}, {"schedule", &schedule}, {"request_offsets", &request_offsets}}));
   ScheduleProblem p;
   p.device = context_lens.device;
   p.batch = context_lens.size(0);
-  p.next_n = static_cast<int>(context_lens.size(1));
+  p.next_n = static_cast<int>(next_n);
   p.lens = lengths_ref(context_lens);
+  p.varlen = varlen;
   p.num_workers = num_workers;
   p.path = path;
   p.schedule = schedule.ptr<std::int32_t>();
@@ -586,27 +638,39 @@ Status validate_plan_schedule(const TensorView& context_lens, int num_workers, L
 
 Status validate_scoring_inputs(const char* op, const ScoringInputs& in, LogitsProblem* problem) {
   const TensorView& q = in.q;
+  RequestRows varlen;
+  DSA_RETURN_IF_ERROR(parse_request_offsets(op, in.request_offsets, &varlen));
+  const bool uneven = varlen.offsets != nullptr;
+  // With request_offsets q is [T, 1, H, D] or [T, H, D]: T rows of one draft each.
+  const int q_rank = uneven && q.ndim == 3 ? 3 : 4;
   int head_dim = 0;
-  DSA_RETURN_IF_ERROR(validate_query(op, q, in.q_block_scales, 4, &head_dim));
-  const std::int64_t batch = q.size(0), next_n = q.size(1), heads = q.size(2);
+  DSA_RETURN_IF_ERROR(validate_query(op, q, in.q_block_scales, q_rank, &head_dim));
+  if (uneven && q_rank == 4) DSA_RETURN_IF_ERROR(expect_extent(op, "q", q, 1, 1, "1 with request_offsets"));
+  const std::int64_t batch = q.size(0), next_n = q_rank == 4 ? q.size(1) : 1, heads = q.size(q_rank - 2);
   const std::int64_t rows = batch * next_n;
   if (rows > kInt32Max) return fail(ErrorCode::bad_shape, op, "q", "B * next_n exceeds the int32 range");
+  const char* rows_meaning = uneven ? "the rows T of q" : "B * next_n";
 
   LogitsProblem p;
   DSA_RETURN_IF_ERROR(
       parse_cache(op, "key_cache", in.key_cache, in.page_size, in.key_format, head_dim, "q", &p.cache));
 
   DSA_RETURN_IF_ERROR(check_tensor(op, "weights", in.weights, 2, {DType::float32}));
-  DSA_RETURN_IF_ERROR(expect_extent(op, "weights", in.weights, 0, rows, "B * next_n"));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "weights", in.weights, 0, rows, rows_meaning));
   DSA_RETURN_IF_ERROR(expect_extent(op, "weights", in.weights, 1, heads, "the head count of q"));
   DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "weights", in.weights));
 
-  DSA_RETURN_IF_ERROR(check_tensor(op, "context_lens", in.context_lens, 2, {DType::int32}));
-  DSA_RETURN_IF_ERROR(expect_extent(op, "context_lens", in.context_lens, 0, batch, "the batch of q"));
-  DSA_RETURN_IF_ERROR(expect_extent(op, "context_lens", in.context_lens, 1, next_n, "next_n of q"));
+  if (uneven) {
+    DSA_RETURN_IF_ERROR(expect_row_lengths(op, in.context_lens, rows));
+  } else {
+    DSA_RETURN_IF_ERROR(check_tensor(op, "context_lens", in.context_lens, 2, {DType::int32}));
+    DSA_RETURN_IF_ERROR(expect_extent(op, "context_lens", in.context_lens, 0, batch, "the batch of q"));
+    DSA_RETURN_IF_ERROR(expect_extent(op, "context_lens", in.context_lens, 1, next_n, "next_n of q"));
+  }
 
   DSA_RETURN_IF_ERROR(check_tensor(op, "block_table", in.block_table, 2, {DType::int32}));
-  DSA_RETURN_IF_ERROR(expect_extent(op, "block_table", in.block_table, 0, batch, "the batch of q"));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "block_table", in.block_table, 0, uneven ? varlen.requests : batch,
+                                    uneven ? "the requests B of request_offsets" : "the batch of q"));
   DSA_RETURN_IF_ERROR(expect_inner_contiguous(op, "block_table", in.block_table));
 
   DSA_RETURN_IF_ERROR(check_tensor(op, "schedule", in.schedule, 2, {DType::int32}));
@@ -629,26 +693,28 @@ Status validate_scoring_inputs(const char* op, const ScoringInputs& in, LogitsPr
                                              {"weights", &in.weights},
                                              {"context_lens", &in.context_lens},
                                              {"block_table", &in.block_table},
-                                             {"schedule", &in.schedule}}));
+                                             {"schedule", &in.schedule},
+                                             {"request_offsets", &in.request_offsets}}));
   p.device = q.device;
   p.batch = batch;
   p.next_n = next_n;
   p.heads = heads;
   p.head_dim = head_dim;
   p.q = static_cast<const std::uint8_t*>(q.data);
-  p.q_stride_h = used_stride(q, 2, q.size(3));
-  p.q_stride_n = used_stride(q, 1, p.q_stride_h * heads);
+  p.q_stride_h = used_stride(q, q_rank - 2, q.size(q_rank - 1));
+  p.q_stride_n = q_rank == 4 ? used_stride(q, 1, p.q_stride_h * heads) : p.q_stride_h * heads;
   p.q_stride_b = used_stride(q, 0, p.q_stride_n * next_n);
   if (!in.q_block_scales.empty()) {
     const TensorView& scales = in.q_block_scales;
     p.q_scales = static_cast<const std::uint32_t*>(scales.data);
-    p.q_scales_stride_h = used_stride(scales, 2, 1);
-    p.q_scales_stride_n = used_stride(scales, 1, p.q_scales_stride_h * heads);
+    p.q_scales_stride_h = used_stride(scales, q_rank - 2, 1);
+    p.q_scales_stride_n = q_rank == 4 ? used_stride(scales, 1, p.q_scales_stride_h * heads) : p.q_scales_stride_h * heads;
     p.q_scales_stride_b = used_stride(scales, 0, p.q_scales_stride_n * next_n);
   }
   p.weights = in.weights.ptr<const float>();
   p.weights_stride_row = in.weights.stride(0);
   p.lens = lengths_ref(in.context_lens);
+  p.varlen = varlen;
   p.block_table = in.block_table.ptr<const std::int32_t>();
   p.block_table_stride = in.block_table.stride(0);
   p.max_blocks = in.block_table.size(1);
@@ -664,7 +730,8 @@ Status validate_logits_output(const TensorView& logits, const LogitsOptions& opt
   const char* op = "paged_mqa_logits";
   DSA_RETURN_IF_ERROR(expect_path(op, "options.path", options.path));
   DSA_RETURN_IF_ERROR(check_tensor(op, "logits", logits, 2, {DType::float32, DType::bfloat16}));
-  DSA_RETURN_IF_ERROR(expect_extent(op, "logits", logits, 0, problem->rows(), "B * next_n"));
+  DSA_RETURN_IF_ERROR(expect_extent(op, "logits", logits, 0, problem->rows(),
+                                    problem->varlen.offsets != nullptr ? "the rows T of q" : "B * next_n"));
   if (logits.size(1) < problem->max_context_len) {
     return fail(ErrorCode::bad_shape, op, "logits",
                 "has " + str(logits.size(1)) + " columns, fewer than max_context_len = " +
@@ -684,6 +751,7 @@ Status validate_index_topk_outputs(const TensorView& topk_lens, const TensorView
                                    const IndexTopkOptions& options, IndexTopkProblem* problem) {
   const char* op = "index_topk";
   const std::int64_t rows = problem->logits.rows();
+  const char* rows_meaning = problem->logits.varlen.offsets != nullptr ? "the rows T of q" : "B * next_n";
   DSA_RETURN_IF_ERROR(expect_path(op, "options.path", options.path));
   if (options.strategy != IndexTopkStrategy::automatic && options.strategy != IndexTopkStrategy::fused &&
       options.strategy != IndexTopkStrategy::logits_then_topk) {
@@ -693,9 +761,9 @@ Status validate_index_topk_outputs(const TensorView& topk_lens, const TensorView
   DSA_RETURN_IF_ERROR(expect_k(op, options.k));
   if (!topk_lens.empty()) {
     DSA_RETURN_IF_ERROR(check_tensor(op, "topk_lens", topk_lens, 1, {DType::int32}));
-    DSA_RETURN_IF_ERROR(expect_extent(op, "topk_lens", topk_lens, 0, rows, "B * next_n"));
+    DSA_RETURN_IF_ERROR(expect_extent(op, "topk_lens", topk_lens, 0, rows, rows_meaning));
   }
-  DSA_RETURN_IF_ERROR(expect_indices(op, indices, rows, options.k, "B * next_n"));
+  DSA_RETURN_IF_ERROR(expect_indices(op, indices, rows, options.k, rows_meaning));
   DSA_RETURN_IF_ERROR(expect_device(op, "topk_lens", topk_lens, problem->logits.device));
   DSA_RETURN_IF_ERROR(expect_device(op, "indices", indices, problem->logits.device));
   problem->topk_lens = topk_lens.empty() ? nullptr : topk_lens.ptr<const std::int32_t>();
@@ -974,27 +1042,33 @@ Status check_store_keys_slots(const StoreKeysProblem& p) {
 
 Status check_length_inputs(const char* op, const LengthsProblem& p) {
   const char* name = length_input_name(p.convention);
+  if (p.varlen.offsets != nullptr) DSA_RETURN_IF_ERROR(check_request_offsets(op, p.varlen, p.rows, "rows of out"));
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const std::int64_t length = p.input[b * p.input_stride];
+    // The most added to the input: next_n, or with request_offsets the request's rows.
+    const std::int64_t added =
+        p.varlen.offsets != nullptr ? p.varlen.offsets[b + 1] - p.varlen.offsets[b] : p.next_n;
     if (length < 0) {
       return fail(ErrorCode::invalid_argument, op, name,
                   std::string(name) + "[" + str(b) + "] = " + str(length) + " is negative");
     }
-    if (p.convention != LengthConvention::legacy && length + p.next_n > kInt32Max) {
+    if (p.convention != LengthConvention::legacy && length + added > kInt32Max) {
       return fail(ErrorCode::invalid_argument, op, name,
-                  std::string(name) + "[" + str(b) + "] = " + str(length) +
-                      " plus next_n overflows int32");
+                  std::string(name) + "[" + str(b) + "] = " + str(length) + " plus " +
+                      (p.varlen.offsets != nullptr ? "the request's rows" : "next_n") + " overflows int32");
     }
   }
   return Status::success();
 }
 
 Status check_scoring_data(const char* op, const LogitsProblem& p) {
+  const bool uneven = p.varlen.offsets != nullptr;
+  if (uneven) DSA_RETURN_IF_ERROR(check_request_offsets(op, p.varlen, p.rows(), "rows of q"));
   for (std::int64_t b = 0; b < p.batch; ++b) {
-    std::int64_t longest = 0;
     for (std::int64_t j = 0; j < p.next_n; ++j) {
       const std::int64_t length = row_length(p.lens, b, j);
-      const std::string where = "context_lens[" + str(b) + ", " + str(j) + "] = " + str(length);
+      const std::string where = (uneven ? "context_lens[" + str(b) : "context_lens[" + str(b) + ", " + str(j)) +
+                                "] = " + str(length);
       switch (scoring_length_violation(length, p.max_context_len, p.max_blocks, p.cache.page_tokens)) {
         case kNegativeLength:
           return fail(ErrorCode::length_out_of_range, op, "context_lens", where + " is negative");
@@ -1008,13 +1082,22 @@ Status check_scoring_data(const char* op, const LogitsProblem& p) {
                           " columns");
         default: break;
       }
-      longest = length > longest ? length : longest;
     }
-    const std::int32_t* table_row = p.block_table + b * p.block_table_stride;
+  }
+  // The pages each request needs: those of its longest row.
+  const std::int64_t requests = uneven ? p.varlen.requests : p.batch;
+  for (std::int64_t request = 0; request < requests; ++request) {
+    const std::int64_t first = uneven ? p.varlen.offsets[request] : request * p.next_n;
+    const std::int64_t end = uneven ? p.varlen.offsets[request + 1] : first + p.next_n;
+    std::int64_t longest = 0;
+    for (std::int64_t row = first; row < end; ++row) {
+      longest = std::max<std::int64_t>(longest, row_length(p.lens, row / p.next_n, row % p.next_n));
+    }
+    const std::int32_t* table_row = p.block_table + request * p.block_table_stride;
     for (std::int64_t i = 0; i < pages_for_length(longest, p.cache.page_tokens); ++i) {
       if (table_row[i] < 0 || table_row[i] >= p.cache.num_pages) {
         return fail(ErrorCode::page_out_of_range, op, "block_table",
-                    "block_table[" + str(b) + ", " + str(i) + "] = " + str(table_row[i]) +
+                    "block_table[" + str(request) + ", " + str(i) + "] = " + str(table_row[i]) +
                         " is needed but is not a page index in [0, " + str(p.cache.num_pages) + ")");
       }
     }
@@ -1022,33 +1105,35 @@ Status check_scoring_data(const char* op, const LogitsProblem& p) {
   return check_schedule(op, p);
 }
 
-namespace {
-
-// request_offsets covers the rows in order: 0 first, non-decreasing, the
-// number of rows last.
-Status check_request_offsets(const TopkProblem& p) {
-  const char* op = "topk";
-  const std::int32_t* offsets = p.request_offsets;
+Status check_request_offsets(const char* op, const RequestRows& r, std::int64_t rows, const char* rows_meaning) {
+  const std::int32_t* offsets = r.offsets;
   const auto entry = [&](std::int64_t q) { return "request_offsets[" + str(q) + "] = " + str(offsets[q]); };
-  if (offsets[0] != 0) return fail(ErrorCode::invalid_argument, op, "request_offsets", entry(0) + " must be 0");
-  for (std::int64_t q = 0; q < p.requests; ++q) {
-    if (offsets[q + 1] < offsets[q]) {
-      return fail(ErrorCode::invalid_argument, op, "request_offsets",
-                  entry(q + 1) + " is below " + entry(q) + " (entries must be non-decreasing)");
+  for (std::int64_t q = 0; q <= r.requests; ++q) {
+    switch (request_offsets_violation(r, q, rows)) {
+      case OffsetsViolation::first_not_zero:
+        return fail(ErrorCode::invalid_argument, op, "request_offsets", entry(0) + " must be 0");
+      case OffsetsViolation::decreasing:
+        return fail(ErrorCode::invalid_argument, op, "request_offsets",
+                    entry(q) + " is below " + entry(q - 1) + " (entries must be non-decreasing)");
+      case OffsetsViolation::last_not_rows:
+        return fail(ErrorCode::invalid_argument, op, "request_offsets",
+                    entry(q) + " must equal the " + str(rows) + " " + rows_meaning);
+      case OffsetsViolation::none: break;
     }
-  }
-  if (offsets[p.requests] != p.rows) {
-    return fail(ErrorCode::invalid_argument, op, "request_offsets",
-                entry(p.requests) + " must equal the " + str(p.rows) + " rows of logits");
   }
   return Status::success();
 }
 
-}  // namespace
+Status check_schedule_data(const ScheduleProblem& p) {
+  if (p.varlen.offsets == nullptr) return Status::success();
+  return check_request_offsets("plan_schedule", p.varlen, p.batch, "rows of context_lens");
+}
 
 Status check_topk_data(const TopkProblem& p) {
   const char* op = "topk";
-  if (p.request_offsets != nullptr) DSA_RETURN_IF_ERROR(check_request_offsets(p));
+  if (p.request_offsets != nullptr) {
+    DSA_RETURN_IF_ERROR(check_request_offsets(op, RequestRows{p.request_offsets, p.requests}, p.rows, "rows of logits"));
+  }
   for (std::int64_t r = 0; r < p.rows; ++r) {
     const std::int64_t length = p.lengths[r * p.lengths_stride];
     const std::int64_t start = topk_row_start(p, r);

@@ -35,11 +35,13 @@ Status validate_quantize_queries(const TensorView& q, const TensorView& head_gat
 
 // `op` is the public name of the builder ("causal_context_lens", ...).
 Status validate_context_lens(const char* op, LengthConvention convention, const TensorView& input,
-                             int next_n, const TensorView& out, LengthsProblem* problem);
+                             int next_n, const TensorView& out, const TensorView& request_offsets,
+                             LengthsProblem* problem);
 
 // `path` must already be resolved to native or per_token.
 Status validate_plan_schedule(const TensorView& context_lens, int num_workers, LogitsPath path,
-                              const TensorView& schedule, ScheduleProblem* problem);
+                              const TensorView& schedule, const TensorView& request_offsets,
+                              ScheduleProblem* problem);
 
 // The inputs paged_mqa_logits and index_topk share.
 struct ScoringInputs {
@@ -53,6 +55,7 @@ struct ScoringInputs {
   int page_size;  // the options' (dsa/cache.hpp)
   KeyFormat key_format;  // the options' (dsa/cache.hpp)
   const TensorView& q_block_scales;  // the options'; empty for fp8 queries
+  const TensorView& request_offsets;  // the options' (empty: B requests of next_n rows)
 };
 
 // Fills every field of `problem` except `path` (resolved by the caller from
@@ -85,6 +88,9 @@ Status validate_topk(const TensorView& logits, const TensorView& lengths, int k,
 // Data-dependent rules on host memory.
 Status check_store_keys_slots(const StoreKeysProblem& p);
 Status check_length_inputs(const char* op, const LengthsProblem& p);
+// request_offsets non-decreasing from 0 to `rows` (`rows_meaning` names them).
+Status check_request_offsets(const char* op, const RequestRows& r, std::int64_t rows, const char* rows_meaning);
+Status check_schedule_data(const ScheduleProblem& p);
 // Lengths against max_context_len and the block table, needed block-table
 // entries against the cache, and the schedule against batch and path.
 Status check_scoring_data(const char* op, const LogitsProblem& p);

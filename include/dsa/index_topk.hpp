@@ -36,6 +36,11 @@ struct IndexTopkOptions {
   // As LogitsOptions::key_format and LogitsOptions::q_block_scales.
   KeyFormat key_format = KeyFormat::automatic;
   TensorView q_block_scales{};
+  // Requests of uneven row counts, as LogitsOptions::request_offsets: the
+  // inputs take paged_mqa_logits' varlen shapes, topk_lens is int32 [T] and
+  // indices [T, K]; physical slots use request b's block-table row for the
+  // rows of b. CUDA runs logits_then_topk for it (`fused` is `unsupported`).
+  TensorView request_offsets{};
 };
 
 // Same inputs as paged_mqa_logits (q, key_cache, weights, context_lens,

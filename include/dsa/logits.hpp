@@ -26,6 +26,13 @@ struct LogitsOptions {
   // one (row, head) query as a key's scale word is packed (dsa/cache.hpp).
   // When given, q holds packed e2m1 codes (see below). Empty: fp8 queries.
   TensorView q_block_scales{};
+  // Requests of uneven row counts ("varlen": adaptive speculation, or a
+  // prefill chunk whose new tokens are its rows): int32 [B + 1], contiguous,
+  // request_offsets[0] == 0, non-decreasing, request_offsets[B] == T. Row r
+  // belongs to the request b with request_offsets[b] <= r <
+  // request_offsets[b + 1]; empty requests own no rows. See "Requests of
+  // uneven row counts" below for the shapes it changes.
+  TensorView request_offsets{};
 };
 
 // Scores every cached key position for every query row.
@@ -65,6 +72,29 @@ struct LogitsOptions {
 // order the backend fixes.
 // Columns p >= max_context_len are never written. The native and per-token
 // paths compute the same function. Results are bitwise identical run to run.
+//
+// Requests of uneven row counts (options.request_offsets given, B + 1
+// entries, T = request_offsets[B] rows):
+//   q             float8_e4m3 [T, 1, H, D] or [T, H, D] (same stride rules)
+//   weights       float32 [T, H]
+//   context_lens  int32 [T] or [T, 1]: L[r], the length of row r
+//   block_table   int32 [B, max_blocks]: row b is request b's
+//   schedule      from plan_schedule with the same request_offsets
+//   logits        [T, N]
+// For row r of request b and 0 <= p < L[r]:
+//   logits[r, p] = sum_h weights[r, h] * max(0, scale[p] * sum_d q[r, h, d] * key[p, d])
+// with key[p], scale[p] at slot block_table[b, p / P] * P + p % P; the
+// length and block-table rules above hold per row (entries [b, i] with
+// i < ceil(max_r L[r] / P) over b's rows must be pages). The causal
+// convention of a prefill chunk is L = prefix_b + t + 1 for the t-th new
+// token of request b (causal_context_lens with request_offsets). The native
+// path reads a request's keys once per kVarlenRowTile rows (dsa/schedule.hpp).
+// The CPU backends check request_offsets on the host (invalid_argument
+// naming request_offsets). The generic CUDA kernels check it on the device:
+// entries that are not non-decreasing from 0 to T are recorded and every row
+// is filled with NaN over [0, max_context_len); nothing is read or written
+// out of bounds. The Hopper kernels do not take request_offsets
+// (cuda_hopper returns `unsupported`; `automatic` runs the generic kernels).
 Status paged_mqa_logits(const TensorView& q, const TensorView& key_cache, const TensorView& weights,
                         const TensorView& context_lens, const TensorView& block_table,
                         const TensorView& schedule, std::int64_t max_context_len,

@@ -12,15 +12,30 @@
 //   schedule[w]           = (unit, chunk) of worker w's first item, w < num_workers
 //                           (an empty range starts where the next one starts)
 //   schedule[num_workers] = (number of units, 256): B on the native path,
-//                           B * next_n on the per-token path
+//                           B * next_n on the per-token path (T rows on
+//                           either path with request_offsets, below)
 // The plan can be computed on the host or on the device (a kernel, so a
 // CUDA-graph replay refreshes it without a host synchronization).
+//
+// Requests of uneven row counts (request_offsets, see dsa/logits.hpp): the
+// rows r = 0 .. T - 1 are grouped by request. On the native path a unit is a
+// row tile of request b: rows offsets[b] + kVarlenRowTile * t up to
+// min(offsets[b] + kVarlenRowTile * (t + 1), offsets[b + 1]), so a request
+// of at most kVarlenRowTile rows (decode, verification) is read once and a
+// prefill-sized one once per kVarlenRowTile rows. A unit is named by its
+// first row, and its length is the longest of its rows'; on the per-token
+// path every row is its own unit. Items are ordered by (first row, chunk)
+// and cut as above; the trailer is (T, 256) on either path. Empty requests
+// own no rows and no units.
 //
 // Using a schedule planned for other lengths or another worker count is safe:
 // workers walk their (unit, chunk) range against the lengths they are given,
 // so coverage stays complete and only balance suffers. A schedule for another
 // batch, path or chunk size, or one that is not monotone, is detected
-// (schedule_mismatch) and never hangs.
+// (schedule_mismatch) and never hangs. With request_offsets, one planned for
+// other offsets of the same T rows (or for the other path) is also safe: a
+// worker whose first entry falls inside a row tile starts at the next tile,
+// which the worker before it ends past.
 #pragma once
 
 #include "dsa/context.hpp"
@@ -30,6 +45,9 @@
 namespace dsa {
 
 inline constexpr int kChunkTokens = 256;
+// Rows of one request a native unit scores together when requests have
+// uneven row counts (request_offsets).
+inline constexpr int kVarlenRowTile = 8;
 
 // How the scoring operation reads the key cache.
 enum class LogitsPath {
@@ -53,12 +71,21 @@ LogitsPath resolve_logits_path(LogitsPath requested, int next_n, int num_heads, 
 int default_num_workers(Device device, const ExecContext& ctx);
 
 // Plans the schedule described above.
-//   context_lens  int32 [B, next_n] (B may be 0), on the host or the device
-//   num_workers   >= 1
-//   path          native or per_token (automatic is resolved with
-//                 resolve_logits_path for H = 64); must match the scoring call
-//   schedule      int32 [num_workers + 1, 2] output, same device as context_lens
+//   context_lens     int32 [B, next_n] (B may be 0), on the host or the device;
+//                    with request_offsets, the per-row lengths int32 [T] or [T, 1]
+//   num_workers      >= 1
+//   path             native or per_token (automatic is resolved with
+//                    resolve_logits_path for H = 64, and to native with
+//                    request_offsets); must match the scoring call
+//   schedule         int32 [num_workers + 1, 2] output, same device as context_lens
+//   request_offsets  optional, as LogitsOptions::request_offsets (int32
+//                    [B + 1], contiguous, same device); must match the
+//                    scoring call's. The CPU backend checks its entries
+//                    (invalid_argument naming request_offsets); on CUDA,
+//                    entries that are not non-decreasing from 0 to T give a
+//                    schedule the scoring call then reports.
 Status plan_schedule(const TensorView& context_lens, int num_workers, LogitsPath path,
-                     const TensorView& schedule, const ExecContext& ctx);
+                     const TensorView& schedule, const ExecContext& ctx,
+                     const TensorView& request_offsets = {});
 
 }  // namespace dsa

@@ -117,10 +117,10 @@ def _check_arrays(op, inputs=(), outputs=()):
 
 
 def _scoring_inputs(q, key_cache, weights, context_lens, block_table, schedule,
-                    q_block_scales=None):
+                    q_block_scales=None, request_offsets=None):
     return [("q", q), ("key_cache", key_cache), ("weights", weights),
             ("context_lens", context_lens), ("block_table", block_table), ("schedule", schedule),
-            ("q_block_scales", q_block_scales)]
+            ("q_block_scales", q_block_scales), ("request_offsets", request_offsets)]
 
 
 def _basic_workspace(like, ctx, workspace):
@@ -138,8 +138,11 @@ def _extent(array, dim, fallback=0):
     return shape[dim] if -len(shape) <= dim < len(shape) else fallback
 
 
-def _rows(q):
-    """B * next_n, the rows of the outputs of q [B, next_n, H, D]."""
+def _rows(q, request_offsets=None):
+    """B * next_n, the rows of the outputs of q [B, next_n, H, D]; with request_offsets, the
+    rows T of q [T, 1, H, D] or [T, H, D]."""
+    if request_offsets is not None:
+        return _extent(q, 0)
     return _extent(q, 0) * _extent(q, 1)
 
 
@@ -172,6 +175,11 @@ def new_context_lens(lens, next_n):
     return fw.empty(lens, (_extent(lens, 0), max(next_n, 0)), "int32")
 
 
+def new_row_context_lens(lens, total_rows):
+    """The rows' lengths [T] of requests of uneven row counts."""
+    return fw.empty(lens, (max(total_rows, 0),), "int32")
+
+
 def schedule_workers(context_lens, num_workers, ctx):
     """num_workers as an int32, default_num_workers() when None."""
     if num_workers is None:
@@ -184,8 +192,8 @@ def new_schedule(context_lens, num_workers):
     return fw.empty(context_lens, (max(num_workers, 0) + 1, 2), "int32")
 
 
-def new_logits(q, max_context_len, dtype):
-    return fw.empty(q, (_rows(q), max(max_context_len, 0)), dtype)
+def new_logits(q, max_context_len, dtype, request_offsets=None):
+    return fw.empty(q, (_rows(q, request_offsets), max(max_context_len, 0)), dtype)
 
 
 def new_mqa_logits(q, keys, compressed, max_seqlen_k, dtype):
@@ -198,8 +206,8 @@ def new_topk_indices(logits, k):
     return fw.empty(logits, (_extent(logits, 0), _index_columns(k)), "int32")
 
 
-def new_index_topk_indices(q, k):
-    return fw.empty(q, (_rows(q), _index_columns(k)), "int32")
+def new_index_topk_indices(q, k, request_offsets=None):
+    return fw.empty(q, (_rows(q, request_offsets), _index_columns(k)), "int32")
 
 
 # ---------------------------------------------------------------------------
@@ -261,16 +269,29 @@ def quantize_queries_fp4(q, head_gate, *, weight_scale=0.0, out=None, workspace=
 # Context lengths and schedule
 
 
-def context_lens(lens, next_n, convention="causal", *, out=None, workspace=None, **execution):
+def context_lens(lens, next_n, convention="causal", *, request_offsets=None, total_rows=None,
+                 out=None, workspace=None, **execution):
     builder = _choice(_LENGTH_BUILDERS, convention, "convention")
-    next_n = _int32(next_n, f"{convention}_context_lens", "next_n")
-    _check_arrays(f"{convention}_context_lens", [("lens", lens)],
+    op = f"{convention}_context_lens"
+    next_n = _int32(next_n, op, "next_n")
+    _check_arrays(op, [("lens", lens), ("request_offsets", request_offsets)],
                   [("out", out), ("workspace", workspace)])
+    if request_offsets is not None and convention != "causal":
+        raise ValueError(f"{op}: request_offsets: only the causal convention has the form of "
+                         f"requests of uneven row counts")
     if out is None:
-        out = new_context_lens(lens, next_n)
+        if request_offsets is None:
+            out = new_context_lens(lens, next_n)
+        elif total_rows is None:
+            raise ValueError(f"{op}: total_rows: give the rows T (request_offsets[-1]) or `out` "
+                             f"[T] with request_offsets; reading T from the device would "
+                             f"synchronize")
+        else:
+            out = new_row_context_lens(lens, _int64(total_rows, op, "total_rows"))
     ctx = make_context(lens, **execution)
     ws = _basic_workspace(lens, ctx, workspace)
-    builder(fw.export(lens), next_n, fw.export(out), ctx, fw.export(ws))
+    builder(fw.export(lens), next_n, fw.export(out), fw.export(request_offsets), ctx,
+            fw.export(ws))
     return out
 
 
@@ -292,10 +313,11 @@ def resolve_logits_path(path, next_n, num_heads, like, **execution):
     return resolved.name
 
 
-def plan_schedule(context_lens, num_workers=None, path="auto", *, out=None, workspace=None,
-                  **execution):
+def plan_schedule(context_lens, num_workers=None, path="auto", *, request_offsets=None, out=None,
+                  workspace=None, **execution):
     _choice(_PATHS, path, "path")
-    _check_arrays("plan_schedule", [("context_lens", context_lens)],
+    _check_arrays("plan_schedule", [("context_lens", context_lens),
+                                    ("request_offsets", request_offsets)],
                   [("out", out), ("workspace", workspace)])
     ctx = make_context(context_lens, **execution)
     num_workers = schedule_workers(context_lens, num_workers, ctx)
@@ -303,14 +325,17 @@ def plan_schedule(context_lens, num_workers=None, path="auto", *, out=None, work
         out = new_schedule(context_lens, num_workers)
     ws = _basic_workspace(context_lens, ctx, workspace)
     _core.plan_schedule(fw.export(context_lens), num_workers, _PATHS[path], fw.export(out),
-                        ctx, fw.export(ws))
+                        fw.export(request_offsets), ctx, fw.export(ws))
     return out
 
 
-def _scoring_schedule(q, context_lens, schedule, path, execution):
-    """The caller's schedule, or one planned now on the device for the path the call uses."""
+def _scoring_schedule(q, context_lens, schedule, path, request_offsets, execution):
+    """The caller's schedule, or one planned now on the device for the path the call uses
+    (with request_offsets the library resolves "auto" itself)."""
     if schedule is not None:
         return schedule
+    if request_offsets is not None:
+        return plan_schedule(context_lens, path=path, request_offsets=request_offsets, **execution)
     resolved = resolve_logits_path(path, _extent(q, 1, 1), _extent(q, 2, 1), q, **execution)
     return plan_schedule(context_lens, path=resolved, **execution)
 
@@ -321,26 +346,27 @@ def _scoring_schedule(q, context_lens, schedule, path, execution):
 
 def paged_mqa_logits(q, key_cache, weights, context_lens, block_table, max_context_len,
                      schedule=None, *, clean_logits=False, path="auto", page_size=0,
-                     key_format="auto", q_block_scales=None, out=None, out_dtype="float32",
-                     workspace=None, **execution):
+                     key_format="auto", q_block_scales=None, request_offsets=None, out=None,
+                     out_dtype="float32", workspace=None, **execution):
     max_context_len = _int64(max_context_len, "paged_mqa_logits", "max_context_len")
     page_size = _int32(page_size, "paged_mqa_logits", "page_size")
     path_value = _choice(_PATHS, path, "path")
     key_format_value = _choice(_KEY_FORMATS, key_format, "key_format")
     _check_arrays("paged_mqa_logits", _scoring_inputs(q, key_cache, weights, context_lens,
-                                                      block_table, schedule, q_block_scales),
+                                                      block_table, schedule, q_block_scales,
+                                                      request_offsets),
                   [("out", out), ("workspace", workspace)])
-    schedule = _scoring_schedule(q, context_lens, schedule, path, execution)
+    schedule = _scoring_schedule(q, context_lens, schedule, path, request_offsets, execution)
     if out is None:
-        out = new_logits(q, max_context_len, out_dtype)
+        out = new_logits(q, max_context_len, out_dtype, request_offsets)
     ctx = make_context(q, **execution)
     ws = workspace if workspace is not None else fw.workspace(
         q, _core.paged_mqa_logits_workspace_bytes(ctx))
     _core.paged_mqa_logits(fw.export(q), fw.export(key_cache), fw.export(weights),
                            fw.export(context_lens), fw.export(block_table), fw.export(schedule),
                            max_context_len, fw.export(out), bool(clean_logits), path_value,
-                           page_size, key_format_value, fw.export(q_block_scales), ctx,
-                           fw.export(ws))
+                           page_size, key_format_value, fw.export(q_block_scales),
+                           fw.export(request_offsets), ctx, fw.export(ws))
     return out
 
 
@@ -417,24 +443,27 @@ def _index_topk_options(k, sorted, physical_slots, path, strategy, page_size=0,
 
 def index_topk(q, key_cache, weights, context_lens, block_table, max_context_len, k=MAX_TOPK,
                schedule=None, topk_lens=None, *, sorted=False, physical_slots=False, path="auto",
-               strategy="auto", page_size=0, key_format="auto", q_block_scales=None, out=None,
-               workspace=None, **execution):
+               strategy="auto", page_size=0, key_format="auto", q_block_scales=None,
+               request_offsets=None, out=None, workspace=None, **execution):
     max_context_len = _int64(max_context_len, "index_topk", "max_context_len")
     options = _index_topk_options(k, sorted, physical_slots, path, strategy, page_size, key_format)
     _check_arrays("index_topk", _scoring_inputs(q, key_cache, weights, context_lens, block_table,
-                                                schedule, q_block_scales) + [("topk_lens", topk_lens)],
+                                                schedule, q_block_scales, request_offsets)
+                  + [("topk_lens", topk_lens)],
                   [("out", out), ("workspace", workspace)])
-    schedule = _scoring_schedule(q, context_lens, schedule, path, execution)
+    schedule = _scoring_schedule(q, context_lens, schedule, path, request_offsets, execution)
     if out is None:
-        out = new_index_topk_indices(q, options.k)
+        out = new_index_topk_indices(q, options.k, request_offsets)
     ctx = make_context(q, **execution)
     if workspace is None:
-        nbytes = _core.index_topk_workspace_bytes(_rows(q), max_context_len, options, ctx)
+        nbytes = _core.index_topk_workspace_bytes(_rows(q, request_offsets), max_context_len,
+                                                  options, ctx)
         workspace = fw.workspace(q, nbytes)
     _core.index_topk(fw.export(q), fw.export(key_cache), fw.export(weights),
                      fw.export(context_lens), fw.export(block_table), fw.export(schedule),
                      max_context_len, fw.export(topk_lens), fw.export(out), options,
-                     fw.export(q_block_scales), ctx, fw.export(workspace))
+                     fw.export(q_block_scales), fw.export(request_offsets), ctx,
+                     fw.export(workspace))
     return out
 
 

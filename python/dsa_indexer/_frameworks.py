@@ -157,3 +157,33 @@ def workspace(like, nbytes):
     if nbytes == 0:
         return None
     return empty(like, (nbytes + _core.workspace_alignment(),), "uint8")
+
+
+def request_offsets(request_ids, requests):
+    """int32 [requests + 1]: entry b counts the rows whose request id (request_ids, a 1-D
+    integer array, non-decreasing) is below b, computed on the array's device without a host
+    synchronization (one searchsorted), so that CUDA graphs can capture it. For ids within
+    [0, requests) these are the rows' request_offsets; other ids leave the last entry short
+    of the rows, which the library reports."""
+    if framework_of(request_ids) == TORCH:
+        torch = _torch()
+        bounds = torch.arange(requests + 1, device=request_ids.device, dtype=request_ids.dtype)
+        return torch.searchsorted(request_ids.contiguous(), bounds, out_int32=True)
+    xp = _cupy() if framework_of(request_ids) == CUPY else np
+    bounds = xp.arange(requests + 1, dtype=request_ids.dtype)
+    return xp.searchsorted(request_ids, bounds).astype(xp.int32)
+
+
+def dense_request_ids(request_ids):
+    """The ids of non-decreasing request_ids renumbered 0, 1, 2, ... in order of first
+    appearance (int32, same device, no host synchronization): the same rows share an id,
+    and every id is below the number of rows."""
+    if framework_of(request_ids) == TORCH:
+        torch = _torch()
+        changes = (request_ids[1:] != request_ids[:-1]).to(torch.int32)
+        first = torch.zeros(min(request_ids.shape[0], 1), dtype=torch.int32, device=request_ids.device)
+        return torch.cat([first, torch.cumsum(changes, 0, dtype=torch.int32)])
+    xp = _cupy() if framework_of(request_ids) == CUPY else np
+    changes = (request_ids[1:] != request_ids[:-1]).astype(xp.int32)
+    first = xp.zeros(min(request_ids.shape[0], 1), dtype=xp.int32)
+    return xp.concatenate([first, xp.cumsum(changes, dtype=xp.int32)])

@@ -114,14 +114,21 @@ def quantize_queries_fp4(q, head_gate, *, weight_scale=0.0, out=None, workspace=
 # Context lengths and schedule
 
 
-def context_lens(lens, next_n, convention="causal", *, out=None, workspace=None, **execution):
+def context_lens(lens, next_n, convention="causal", *, request_offsets=None, total_rows=None,
+                 out=None, workspace=None, **execution):
     """Builds int32 context_lens [B, next_n] from int32 lengths [B].
 
     convention "causal":   L[b, j] = lens[b] + j + 1        (lens = committed prefix)
                "expanded": L[b, j] = lens[b] + next_n       (lens = committed prefix)
-               "legacy":   L[b, j] = max(0, lens[b] - next_n + j + 1)  (1-D lengths)"""
-    return _implementation("context_lens")(lens, next_n, convention=convention, out=out,
-                                           workspace=workspace, **execution)
+               "legacy":   L[b, j] = max(0, lens[b] - next_n + j + 1)  (1-D lengths)
+
+    Requests of uneven row counts (causal only, next_n 1): with request_offsets int32
+    [B + 1] the result is the rows' lengths int32 [T], row request_offsets[b] + t getting
+    lens[b] + t + 1; give T as total_rows (or `out` [T])."""
+    return _implementation("context_lens")(lens, next_n, convention=convention,
+                                           request_offsets=request_offsets,
+                                           total_rows=total_rows, out=out, workspace=workspace,
+                                           **execution)
 
 
 def causal_context_lens(prefix_lens, next_n, **kwargs):
@@ -139,14 +146,18 @@ def legacy_context_lens(lens, next_n, **kwargs):
     return context_lens(lens, next_n, "legacy", **kwargs)
 
 
-def plan_schedule(context_lens, num_workers=None, path="auto", *, out=None, workspace=None,
-                  **execution):
+def plan_schedule(context_lens, num_workers=None, path="auto", *, request_offsets=None, out=None,
+                  workspace=None, **execution):
     """Plans the scoring schedule int32 [num_workers + 1, 2] for context_lens [B, next_n].
 
     num_workers defaults to default_num_workers(); path must match the scoring call
-    ("auto" resolves as for H = 64). Runs on the device of context_lens (no host sync)."""
+    ("auto" resolves as for H = 64). With request_offsets (int32 [B + 1], see
+    paged_mqa_logits), context_lens holds the rows' lengths int32 [T] and the units are
+    row tiles of up to 8 rows of one request. Runs on the device of context_lens (no host
+    sync)."""
     return _implementation("plan_schedule")(context_lens, num_workers=num_workers, path=path,
-                                            out=out, workspace=workspace, **execution)
+                                            request_offsets=request_offsets, out=out,
+                                            workspace=workspace, **execution)
 
 
 # ---------------------------------------------------------------------------
@@ -155,8 +166,8 @@ def plan_schedule(context_lens, num_workers=None, path="auto", *, out=None, work
 
 def paged_mqa_logits(q, key_cache, weights, context_lens, block_table, max_context_len,
                      schedule=None, *, clean_logits=False, path="auto", page_size=0,
-                     key_format="auto", q_block_scales=None, out=None, out_dtype="float32",
-                     workspace=None, **execution):
+                     key_format="auto", q_block_scales=None, request_offsets=None, out=None,
+                     out_dtype="float32", workspace=None, **execution):
     """Lightning-indexer logits [B * next_n, max_context_len] (float32 by default).
 
     q fp8 [B, next_n, H, D], or fp4 codes uint8 [B, next_n, H, D / 2] with
@@ -166,11 +177,19 @@ def paged_mqa_logits(q, key_cache, weights, context_lens, block_table, max_conte
     context_lens int32 [B, next_n]; block_table int32 [B, max_blocks] of P-token pages
     (a strided view is fine); schedule from plan_schedule (planned now when None).
     `out` may have any row stride >= max_context_len; out_dtype "bfloat16" asks for
-    bf16 logits when `out` is None."""
+    bf16 logits when `out` is None.
+
+    Requests of uneven row counts: request_offsets int32 [B + 1] (0 first, non-decreasing,
+    T last, like cu_seqlens_q) gives request b the rows request_offsets[b] ..
+    request_offsets[b + 1] - 1; then q is [T, 1, H, D] or [T, H, D], weights [T, H],
+    context_lens the rows' lengths int32 [T] (or [T, 1]), the result [T, max_context_len],
+    and the schedule must be planned with the same request_offsets. On CUDA the generic
+    kernels serve it (backend "cuda_hopper" refuses it)."""
     return _implementation("paged_mqa_logits")(
         q, key_cache, weights, context_lens, block_table, max_context_len, schedule=schedule,
         clean_logits=clean_logits, path=path, page_size=page_size, key_format=key_format,
-        q_block_scales=q_block_scales, out=out, out_dtype=out_dtype, workspace=workspace,
+        q_block_scales=q_block_scales, request_offsets=request_offsets, out=out,
+        out_dtype=out_dtype, workspace=workspace,
         **execution)
 
 
@@ -227,16 +246,19 @@ def topk(logits, lengths, k, *, sorted=False, row_starts=None, position_offsets=
 
 def index_topk(q, key_cache, weights, context_lens, block_table, max_context_len, k=MAX_TOPK,
                schedule=None, topk_lens=None, *, sorted=False, physical_slots=False, path="auto",
-               strategy="auto", page_size=0, key_format="auto", q_block_scales=None, out=None,
-               workspace=None, **execution):
+               strategy="auto", page_size=0, key_format="auto", q_block_scales=None,
+               request_offsets=None, out=None, workspace=None, **execution):
     """topk(paged_mqa_logits(...), topk_lens, k) without materializing the logits.
 
     topk_lens int32 [B * next_n] (None: the context lengths, the causal convention;
     with expanded lengths pass the causal ones). Returns int32 [B * next_n, k]; with
     physical_slots, cache slots block_table[b, p // P] * P + p % P of the cache's page
-    size P (page_size, key_format and fp4 queries: see above and paged_mqa_logits)."""
+    size P (page_size, key_format and fp4 queries: see above and paged_mqa_logits).
+    request_offsets as for paged_mqa_logits (rows T, the slots of a row from its request's
+    block-table row); on CUDA it runs "logits_then_topk" ("fused" refuses it)."""
     return _implementation("index_topk")(
         q, key_cache, weights, context_lens, block_table, max_context_len, k=k,
         schedule=schedule, topk_lens=topk_lens, sorted=sorted, physical_slots=physical_slots,
         path=path, strategy=strategy, page_size=page_size, key_format=key_format,
-        q_block_scales=q_block_scales, out=out, workspace=workspace, **execution)
+        q_block_scales=q_block_scales, request_offsets=request_offsets, out=out,
+        workspace=workspace, **execution)

@@ -12,7 +12,9 @@ with out= goes to the `out` overload, which writes the caller's arrays and retur
 (an operator's returned tensors may not alias its inputs); there the argument is named
 `output`, because torch.compile refuses a non-contiguous operator argument named `out`,
 as a row-strided logits output is. `cache`, `output` and `workspace` are declared as
-written.
+written. A caller's workspace goes to the `workspace` (or `out_workspace`) overload, where
+it is a required argument: Inductor cannot lower an optional written argument left None,
+so the overloads without it have no workspace argument at all.
 
 The operators allocate only through PyTorch and synchronize the host only when
 check_device_errors asks for it, so they can be captured in CUDA graphs; they run on the
@@ -39,7 +41,7 @@ _TYPES = {
     "cache": "Tensor(c!)",
     "workspace": "Tensor(w!)",
     **dict.fromkeys(("next_n", "num_workers", "max_context_len", "k", "rows_per_request",
-                     "page_size", "stream", "num_threads", "max_seqlen_k"), "int"),
+                     "page_size", "stream", "num_threads", "max_seqlen_k", "total_rows"), "int"),
     "weight_scale": "float",
     **dict.fromkeys(("power_of_two_scales", "clean_logits", "sorted", "physical_slots",
                      "reference_float64", "check_device_errors", "compressed"), "bool"),
@@ -47,14 +49,17 @@ _TYPES = {
 }
 
 
-def _schema(function, output=None):
+def _schema(function, output=None, workspace=False):
     """The argument list of the operator that runs `function`; `output` is the schema type
-    of the out overload's `output` (None: the default overload, without it)."""
+    of the out overloads' `output` (None: the overloads without it); `workspace` whether
+    the caller's workspace is a (required) argument."""
     execution = list(inspect.signature(_eager.make_context).parameters.values())[1:]
     parameters = [p for p in inspect.signature(function).parameters.values()
-                  if p.kind is not p.VAR_KEYWORD and p.name != "out"]
+                  if p.kind is not p.VAR_KEYWORD and p.name not in ("out", "workspace")]
     positional = [f"{_TYPES[p.name]} {p.name}" for p in parameters if p.default is p.empty]
     keywords = [f"{output} output"] if output else []
+    if workspace:
+        keywords.append(f"{_TYPES['workspace']} workspace")
     for p in parameters + execution:
         if p.default is not p.empty:
             optional = "?" if p.default is None else ""
@@ -84,19 +89,25 @@ def _define(name, returns, fake, output=None):
         arguments.apply_defaults()
         return fake(**arguments.arguments)
 
-    torch.library.define(qualname, f"{_schema(function)} -> {returns}")
-    torch.library.register_kernel(qualname, None, run_for_effect if returns == "()" else function)
-    torch.library.register_fake(qualname, bound_fake)
-    if output:
-        torch.library.define(f"{qualname}.out", f"{_schema(function, output)} -> ()")
-        torch.library.register_kernel(f"{qualname}.out", None, run_into_output)
-        torch.library.register_fake(f"{qualname}.out", lambda *args, **kwargs: None)
+    for overload, with_workspace in (("", False), (".workspace", True)):
+        torch.library.define(qualname + overload,
+                             f"{_schema(function, workspace=with_workspace)} -> {returns}")
+        torch.library.register_kernel(qualname + overload, None,
+                                      run_for_effect if returns == "()" else function)
+        torch.library.register_fake(qualname + overload, bound_fake)
+        if output:
+            name_out = f"{qualname}.out{'_workspace' if with_workspace else ''}"
+            torch.library.define(name_out, f"{_schema(function, output, with_workspace)} -> ()")
+            torch.library.register_kernel(name_out, None, run_into_output)
+            torch.library.register_fake(name_out, lambda *args, **kwargs: None)
     operator = getattr(torch.ops.dsa_indexer, name)
 
-    def call(*args, out=None, **kwargs):
+    def call(*args, out=None, workspace=None, **kwargs):
+        if workspace is not None:
+            kwargs["workspace"] = workspace
         if out is None:
-            return operator.default(*args, **kwargs)
-        operator.out(*args, output=out, **kwargs)
+            return (operator.default if workspace is None else operator.workspace)(*args, **kwargs)
+        (operator.out if workspace is None else operator.out_workspace)(*args, output=out, **kwargs)
         return out
 
     return call
@@ -116,7 +127,9 @@ else:
     def _quantized_fp4_fake(q, **_):
         return _eager.new_quantized_fp4(q)
 
-    def _context_lens_fake(lens, next_n, **_):
+    def _context_lens_fake(lens, next_n, request_offsets, total_rows, **_):
+        if request_offsets is not None and total_rows is not None:
+            return _eager.new_row_context_lens(lens, total_rows)
         return _eager.new_context_lens(lens, next_n)
 
     def _schedule_fake(context_lens, num_workers, execution, **_):
@@ -124,8 +137,8 @@ else:
         return _eager.new_schedule(context_lens,
                                    _eager.schedule_workers(context_lens, num_workers, ctx))
 
-    def _logits_fake(q, max_context_len, out_dtype, **_):
-        return _eager.new_logits(q, max_context_len, out_dtype)
+    def _logits_fake(q, max_context_len, out_dtype, request_offsets, **_):
+        return _eager.new_logits(q, max_context_len, out_dtype, request_offsets)
 
     def _mqa_logits_fake(q, keys, compressed, max_seqlen_k, out_dtype, **_):
         return _eager.new_mqa_logits(q, keys, compressed, max_seqlen_k, out_dtype)
@@ -133,8 +146,8 @@ else:
     def _topk_fake(logits, k, **_):
         return _eager.new_topk_indices(logits, k)
 
-    def _index_topk_fake(q, k, **_):
-        return _eager.new_index_topk_indices(q, k)
+    def _index_topk_fake(q, k, request_offsets, **_):
+        return _eager.new_index_topk_indices(q, k, request_offsets)
 
     store_index_keys = _define("store_index_keys", "()", lambda **_: None)
     quantize_queries = _define("quantize_queries", "(Tensor, Tensor)", _quantized_fake,

@@ -20,7 +20,16 @@ using namespace nb::literals;
 namespace dsa::python {
 namespace {
 
-using LengthsBuilder = Status (*)(const TensorView&, int, const TensorView&, const ExecContext&);
+using LengthsBuilder = Status (*)(const TensorView&, int, const TensorView&, const ExecContext&,
+                                  const TensorView&);
+
+// The builders without the varlen form, as LengthsBuilder: request_offsets is
+// always absent (the Python layer passes it to causal_context_lens only).
+template <Status (*Build)(const TensorView&, int, const TensorView&, const ExecContext&)>
+Status without_offsets(const TensorView& lens, int next_n, const TensorView& out, const ExecContext& ctx,
+                       const TensorView&) {
+  return Build(lens, next_n, out, ctx);
+}
 
 // The page sizes of the key cache the library serves (supported_page_size),
 // in increasing order.
@@ -188,33 +197,41 @@ void bind_lengths_builder(nb::module_& m, const char* name, const char* input_na
   m.def(
       name,
       [builder, name, input_name](const InputArray& lens, int next_n, const OutputArray& out,
-                                  const ExecContext& ctx, const OptionalOutput& workspace) {
+                                  const OptionalInput& request_offsets, const ExecContext& ctx,
+                                  const OptionalOutput& workspace) {
         const std::string input_argument = std::string(name) + ": " + input_name;
         const TensorView lens_view = to_view(lens, input_argument.c_str());
         const std::string out_argument = std::string(name) + ": out";
         const TensorView out_view = to_view(out, out_argument.c_str());
+        const std::string offsets_argument = std::string(name) + ": request_offsets";
+        const TensorView offsets_view = to_view(request_offsets, offsets_argument.c_str());
         const ExecContext call_ctx = with_workspace(ctx, workspace);
-        run_released([&] { return builder(lens_view, next_n, out_view, call_ctx); });
+        run_released([&] { return builder(lens_view, next_n, out_view, call_ctx, offsets_view); });
       },
-      nb::arg(input_name), "next_n"_a, "out"_a, "ctx"_a, "workspace"_a.none());
+      nb::arg(input_name), "next_n"_a, "out"_a, "request_offsets"_a.none(), "ctx"_a, "workspace"_a.none());
 }
 
 void bind_lengths_and_schedule(nb::module_& m) {
-  bind_lengths_builder(m, "causal_context_lens", "prefix_lens", &causal_context_lens);
-  bind_lengths_builder(m, "expanded_context_lens", "prefix_lens", &expanded_context_lens);
-  bind_lengths_builder(m, "legacy_context_lens", "lens", &legacy_context_lens);
+  bind_lengths_builder(m, "causal_context_lens", "prefix_lens",
+                       static_cast<LengthsBuilder>(&causal_context_lens));
+  bind_lengths_builder(m, "expanded_context_lens", "prefix_lens", &without_offsets<&expanded_context_lens>);
+  bind_lengths_builder(m, "legacy_context_lens", "lens", &without_offsets<&legacy_context_lens>);
 
   m.def(
       "plan_schedule",
       [](const InputArray& context_lens, int num_workers, LogitsPath path,
-         const OutputArray& schedule, const ExecContext& ctx, const OptionalOutput& workspace) {
+         const OutputArray& schedule, const OptionalInput& request_offsets, const ExecContext& ctx,
+         const OptionalOutput& workspace) {
         const TensorView lens_view = to_view(context_lens, "plan_schedule: context_lens");
         const TensorView schedule_view = to_view(schedule, "plan_schedule: schedule");
+        const TensorView offsets_view = to_view(request_offsets, "plan_schedule: request_offsets");
         const ExecContext call_ctx = with_workspace(ctx, workspace);
-        run_released(
-            [&] { return plan_schedule(lens_view, num_workers, path, schedule_view, call_ctx); });
+        run_released([&] {
+          return plan_schedule(lens_view, num_workers, path, schedule_view, call_ctx, offsets_view);
+        });
       },
-      "context_lens"_a, "num_workers"_a, "path"_a, "schedule"_a, "ctx"_a, "workspace"_a.none());
+      "context_lens"_a, "num_workers"_a, "path"_a, "schedule"_a, "request_offsets"_a.none(), "ctx"_a,
+      "workspace"_a.none());
 }
 
 // The scoring inputs paged_mqa_logits and index_topk share, as views. q is
@@ -255,7 +272,8 @@ void bind_scoring(nb::module_& m) {
          const InputArray& context_lens, const InputArray& block_table,
          const InputArray& schedule, std::int64_t max_context_len, const OutputArray& logits,
          bool clean_logits, LogitsPath path, int page_size, KeyFormat key_format,
-         const OptionalInput& q_block_scales, const ExecContext& ctx, const OptionalOutput& workspace) {
+         const OptionalInput& q_block_scales, const OptionalInput& request_offsets, const ExecContext& ctx,
+         const OptionalOutput& workspace) {
         const ScoringViews in("paged_mqa_logits", q, key_cache, weights, context_lens,
                               block_table, schedule, q_block_scales);
         const TensorView logits_view = to_view(logits, "paged_mqa_logits: logits");
@@ -265,6 +283,7 @@ void bind_scoring(nb::module_& m) {
         options.page_size = page_size;
         options.key_format = key_format;
         options.q_block_scales = in.q_block_scales;
+        options.request_offsets = to_view(request_offsets, "paged_mqa_logits: request_offsets");
         const ExecContext call_ctx = with_workspace(ctx, workspace);
         run_released([&] {
           return paged_mqa_logits(in.q, in.key_cache, in.weights, in.context_lens,
@@ -274,7 +293,7 @@ void bind_scoring(nb::module_& m) {
       },
       "q"_a, "key_cache"_a, "weights"_a, "context_lens"_a, "block_table"_a, "schedule"_a,
       "max_context_len"_a, "logits"_a, "clean_logits"_a, "path"_a, "page_size"_a, "key_format"_a,
-      "q_block_scales"_a.none(), "ctx"_a, "workspace"_a.none());
+      "q_block_scales"_a.none(), "request_offsets"_a.none(), "ctx"_a, "workspace"_a.none());
   m.def("paged_mqa_logits_workspace_bytes", &paged_mqa_logits_workspace_bytes, "ctx"_a);
 
   m.def(
@@ -364,11 +383,12 @@ void bind_scoring(nb::module_& m) {
          const InputArray& context_lens, const InputArray& block_table,
          const InputArray& schedule, std::int64_t max_context_len, const OptionalInput& topk_lens,
          const OutputArray& indices, const IndexTopkOptions& options, const OptionalInput& q_block_scales,
-         const ExecContext& ctx, const OptionalOutput& workspace) {
+         const OptionalInput& request_offsets, const ExecContext& ctx, const OptionalOutput& workspace) {
         const ScoringViews in("index_topk", q, key_cache, weights, context_lens, block_table,
                               schedule, q_block_scales);
         IndexTopkOptions call_options = options;
         call_options.q_block_scales = in.q_block_scales;
+        call_options.request_offsets = to_view(request_offsets, "index_topk: request_offsets");
         const TensorView topk_lens_view = to_view(topk_lens, "index_topk: topk_lens");
         const TensorView indices_view = to_view(indices, "index_topk: indices");
         const ExecContext call_ctx = with_workspace(ctx, workspace);
@@ -380,7 +400,7 @@ void bind_scoring(nb::module_& m) {
       },
       "q"_a, "key_cache"_a, "weights"_a, "context_lens"_a, "block_table"_a, "schedule"_a,
       "max_context_len"_a, "topk_lens"_a.none(), "indices"_a, "options"_a, "q_block_scales"_a.none(),
-      "ctx"_a, "workspace"_a.none());
+      "request_offsets"_a.none(), "ctx"_a, "workspace"_a.none());
   m.def("index_topk_workspace_bytes", &index_topk_workspace_bytes, "rows"_a,
         "max_context_len"_a, "options"_a, "ctx"_a);
 

@@ -55,6 +55,11 @@ Status decode_device_error(const DeviceErrorRecord& record, const char* operatio
               op + "request_offsets: row " + arg(0) + " lies in no request's rows [request_offsets[q], " +
                   "request_offsets[q + 1]) of the " + arg(1) + " requests (request_offsets[" + arg(1) +
                   "] = " + arg(2) + "); the entries must be non-decreasing from 0 to the number of rows"};
+    case kBadRequestOffsets:
+      return {ErrorCode::invalid_argument,
+              op + "request_offsets: request_offsets[" + arg(0) + "] = " + arg(1) +
+                  " breaks the rule that the entries run non-decreasing from 0 to the " + arg(2) +
+                  " rows; every row's logits are NaN"};
     case kKeyRangeStartOutOfRange:
       return {ErrorCode::length_out_of_range,
               op + "ks: row " + arg(0) + " has ks = " + arg(1) + " with ke = " + arg(2) +

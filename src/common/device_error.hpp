@@ -26,6 +26,7 @@ enum DeviceErrorKind : std::int32_t {
   kKeyRangeStartOutOfRange = 12,  // (row, ks, ke): ks < 0 or ks > ke
   kKeyRangeEndBeyondKeys = 13,    // (row, ke, S_kv)
   kKeyRangeBeyondColumns = 14,    // (row, ke - ks, max_seqlen_k)
+  kBadRequestOffsets = 15,        // (entry q, request_offsets[q], rows T)
 };
 
 struct DeviceErrorRecord {

@@ -73,29 +73,13 @@ DSA_HD RowViolation topk_row_violation(const Topk& t, std::int64_t length, std::
   return {};
 }
 
-// The request q that row `row` belongs to. With request_offsets (requests
-// + 1 entries, non-decreasing): the q with request_offsets[q] <= row <
-// request_offsets[q + 1], found by binary search, or -1 when there is none
-// (entries that do not cover the rows); only entries 0 .. requests are read.
-// Otherwise row / rows_per_request.
+// The request q that row `row` belongs to: with request_offsets,
+// request_of_row (common/schedule_walk.hpp), -1 where no request covers it;
+// otherwise row / rows_per_request.
 template <typename Topk>
 DSA_HD std::int64_t topk_request(const Topk& t, std::int64_t row) {
   if (t.request_offsets == nullptr) return row / t.rows_per_request;
-  // The first q whose entry is beyond the row; every q before it that the
-  // search looked at had an entry at or below the row.
-  std::int64_t first = 0;
-  std::int64_t count = t.requests;
-  while (count > 0) {
-    const std::int64_t half = count / 2;
-    if (t.request_offsets[first + half] <= row) {
-      first += half + 1;
-      count -= half + 1;
-    } else {
-      count = half;
-    }
-  }
-  const std::int64_t request = first - 1;
-  return request >= 0 && row < t.request_offsets[request + 1] ? request : -1;
+  return request_of_row(t.request_offsets, t.requests, row);
 }
 
 // How the selected positions of a row are written: a selected position i

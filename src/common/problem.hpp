@@ -64,16 +64,6 @@ struct QuantizeQueriesProblem {
 
 enum class LengthConvention { causal, expanded, legacy };
 
-struct LengthsProblem {
-  Device device;
-  LengthConvention convention = LengthConvention::causal;
-  std::int64_t batch = 0;
-  int next_n = 1;
-  const std::int32_t* input = nullptr;  // [B]
-  std::int64_t input_stride = 0;
-  std::int32_t* out = nullptr;  // [B, next_n]
-  std::int64_t out_stride_b = 0, out_stride_n = 0;
-};
 
 // 2-D context lengths [B, next_n].
 struct LengthsRef {
@@ -81,11 +71,34 @@ struct LengthsRef {
   std::int64_t stride_b = 0, stride_n = 0;
 };
 
+// Requests of uneven row counts (request_offsets, dsa/logits.hpp): request
+// q owns rows [offsets[q], offsets[q + 1]). Where a problem holds them, its
+// batch is the number of rows T, next_n is 1 and lens is [T, 1]; the
+// block-table row of a row is its request.
+struct RequestRows {
+  const std::int32_t* offsets = nullptr;  // [requests + 1], contiguous; nullptr: none
+  std::int64_t requests = 0;
+};
+
+struct LengthsProblem {
+  Device device;
+  LengthConvention convention = LengthConvention::causal;
+  std::int64_t batch = 0;
+  int next_n = 1;
+  const std::int32_t* input = nullptr;  // [B]
+  std::int64_t input_stride = 0;
+  std::int32_t* out = nullptr;  // [B, next_n]; with varlen [T] (out_stride_n unused)
+  std::int64_t out_stride_b = 0, out_stride_n = 0;
+  RequestRows varlen;  // causal only: row offsets[b] + t of request b gets input[b] + t + 1
+  std::int64_t rows = 0;  // T, with varlen
+};
+
 struct ScheduleProblem {
   Device device;
   std::int64_t batch = 0;
   int next_n = 1;
   LengthsRef lens;
+  RequestRows varlen;
   int num_workers = 1;
   LogitsPath path = LogitsPath::native;  // resolved: native or per_token
   std::int32_t* schedule = nullptr;      // [num_workers + 1, 2], row stride 2
@@ -105,7 +118,8 @@ struct LogitsProblem {
   const float* weights = nullptr;  // [B * next_n, H]
   std::int64_t weights_stride_row = 0;
   LengthsRef lens;
-  const std::int32_t* block_table = nullptr;  // [B, max_blocks]
+  RequestRows varlen;  // with it, batch = T rows, next_n = 1 (see RequestRows)
+  const std::int32_t* block_table = nullptr;  // [B or requests, max_blocks]
   std::int64_t block_table_stride = 0, max_blocks = 0;
   const std::int32_t* schedule = nullptr;  // [num_workers + 1, 2], row stride 2
   int num_workers = 0;
@@ -116,13 +130,17 @@ struct LogitsProblem {
   std::int64_t logits_stride = 0;
   bool clean_logits = false;
 
-  std::int64_t rows() const { return batch * next_n; }
   // constexpr: the CUDA kernels call them too.
+  constexpr std::int64_t rows() const { return batch * next_n; }
   constexpr bool fp4_queries() const { return q_scales != nullptr; }
   constexpr bool fp4_keys() const { return cache.format == KeyFormat::fp4_e2m1; }
-  // Rows one schedule unit scores together: a request's next_n rows on the
+  // The most rows one schedule unit scores together: a request's next_n rows
+  // (or, with request_offsets, a row tile of up to kVarlenRowTile) on the
   // native path, one row on the per-token path.
-  int rows_per_unit() const { return path == LogitsPath::per_token ? 1 : static_cast<int>(next_n); }
+  int rows_per_unit() const {
+    if (path == LogitsPath::per_token) return 1;
+    return varlen.offsets != nullptr ? kVarlenRowTile : static_cast<int>(next_n);
+  }
 };
 
 // mqa_logits (dsa/prefill.hpp): rows of a contiguous key run, row i over

@@ -7,7 +7,8 @@
 // threaded fused strategy when there are fewer than two units per thread,
 // which would leave threads idle (the buffer then holds no more rows than
 // two units per thread, twice the fused pass's own buffers at most).
-// Both use the arithmetic of paged_mqa_logits and the selection of topk, so
+// Units are those of the schedule (a request's rows, a row tile of uneven
+// requests, or a row). Both use the arithmetic of paged_mqa_logits and the selection of topk, so
 // the result is exactly topk(paged_mqa_logits(...)).
 #include <algorithm>
 #include <numeric>
@@ -41,8 +42,15 @@ Status index_topk(const IndexTopkProblem& p, bool parallel, const ExecContext& c
   DSA_RETURN_IF_ERROR(check_index_topk_data(p));
   LogitsProblem scoring = p.logits;
   const int threads = parallel ? thread_count(ctx) : 1;
-  const std::int64_t units = scoring.rows() / scoring.rows_per_unit();
-  const bool staged = !p.fused || (parallel && units < 2 * threads);
+  // The threaded fused pass scores each unit's rows together (as the
+  // logits pass does, so that the values agree), the reference one row at a time.
+  std::vector<UnitSpan> units;
+  const UnitLayout layout = unit_layout(scoring);
+  for (std::int64_t unit = 0; unit < layout.units;) {
+    units.push_back(unit_containing(layout, unit));
+    unit = units.back().next;
+  }
+  const bool staged = !p.fused || (parallel && static_cast<std::int64_t>(units.size()) < 2 * threads);
   std::vector<float> staged_logits;
   if (staged) {
     scoring.logits_dtype = DType::float32;
@@ -53,19 +61,23 @@ Status index_topk(const IndexTopkProblem& p, bool parallel, const ExecContext& c
     compute_logits(scoring, parallel, ctx);
   }
   const Scorer scorer(scoring);
-  // The fused pass scores a unit's rows together when threaded, one row at
-  // a time in the reference.
   const bool grouped = !staged && parallel;
-  const std::int64_t group_rows = grouped ? scoring.rows_per_unit() : 1;
+  if (!grouped) {
+    units.clear();
+    for (std::int64_t row = 0; row < scoring.rows(); ++row) {
+      units.push_back(UnitSpan{row, row + 1, table_row_of(scoring, row), row, 1});
+    }
+  }
   std::vector<GroupScratch> scratch(static_cast<std::size_t>(threads));
   const auto select_group = [&](std::int64_t group_index, int thread) {
     GroupScratch& s = scratch[static_cast<std::size_t>(thread)];
-    const std::int64_t first_row = group_index * group_rows;
+    const UnitSpan& unit = units[static_cast<std::size_t>(group_index)];
+    const std::int64_t first_row = unit.first_row, group_rows = unit.rows;
     s.values.resize(static_cast<std::size_t>(group_rows));
     // Rows no longer than k select every position without scores.
     const auto needs_scores = [&](std::int64_t length) { return length > p.k; };
     if (grouped) {
-      s.group.load(scorer, first_row / scoring.next_n, first_row % scoring.next_n, group_rows);
+      s.group.load(scorer, unit.request, first_row, group_rows);
       std::int64_t longest = 0;
       for (std::int64_t i = 0; i < group_rows; ++i) {
         const std::int64_t length = topk_length(p, first_row + i);
@@ -90,27 +102,29 @@ Status index_topk(const IndexTopkProblem& p, bool parallel, const ExecContext& c
         if (!grouped) {
           buffer.resize(static_cast<std::size_t>(length));
           const ScoreMode mode = ctx.reference_float64 ? ScoreMode::plain_float64 : ScoreMode::plain_float;
-          score_row(scorer, row / scoring.next_n, row % scoring.next_n, length, mode, &s.reference, buffer.data());
+          score_row(scorer, row, unit.request, length, mode, &s.reference, buffer.data());
         }
         values = buffer.data();
       }
       std::int32_t* out = p.indices + row * p.indices_stride;
       select_row(values, length, p.k, p.sorted, &s.select, out);
       if (p.physical_slots) {
-        positions_to_slots(scoring.block_table + row / scoring.next_n * scoring.block_table_stride,
+        positions_to_slots(scoring.block_table + unit.request * scoring.block_table_stride,
                            scoring.cache.page_tokens, p.k, out);
       }
     }
   };
-  const std::int64_t groups = scoring.rows() / group_rows;
+  const auto groups = static_cast<std::int64_t>(units.size());
   if (parallel) {
     // Longest groups first, so that the last ones to start are short and
     // the threads finish together.
     std::vector<std::int64_t> order(static_cast<std::size_t>(groups));
     std::vector<std::int64_t> longest(static_cast<std::size_t>(groups), 0);
-    for (std::int64_t row = 0; row < scoring.rows(); ++row) {
-      std::int64_t& group_longest = longest[static_cast<std::size_t>(row / group_rows)];
-      group_longest = std::max(group_longest, topk_length(p, row));
+    for (std::int64_t group = 0; group < groups; ++group) {
+      const UnitSpan& unit = units[static_cast<std::size_t>(group)];
+      for (std::int64_t row = unit.first_row; row < unit.first_row + unit.rows; ++row) {
+        longest[static_cast<std::size_t>(group)] = std::max(longest[static_cast<std::size_t>(group)], topk_length(p, row));
+      }
     }
     std::iota(order.begin(), order.end(), std::int64_t{0});
     std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {

@@ -91,12 +91,12 @@ class Scorer {
 
   const LogitsProblem& problem() const { return p_; }
   std::int64_t query_floats() const { return p_.heads * p_.head_dim; }
-  // Writes the H * D dequantized values of row (b, j) to `out`.
-  void decode_query(std::int64_t b, std::int64_t j, float* out) const;
-  // Writes the D values of request b's key at `position` to `out` (fp8
-  // codes, or fp4 values with their block scales); returns the key's scale
-  // (fp8) or 1 (fp4).
-  float decode_key(std::int64_t b, std::int64_t position, float* out) const;
+  // Writes the H * D dequantized values of flat row `row` (b * next_n + j) to `out`.
+  void decode_query(std::int64_t row, float* out) const;
+  // Writes the D values of the key at `position` of block-table row
+  // `request` to `out` (fp8 codes, or fp4 values with their block scales);
+  // returns the key's scale (fp8) or 1 (fp4).
+  float decode_key(std::int64_t request, std::int64_t position, float* out) const;
   const float* weights_row(std::int64_t row) const { return p_.weights + row * p_.weights_stride_row; }
 
   // score_key over this problem's heads.
@@ -105,9 +105,10 @@ class Scorer {
     return score_key<Acc>(p_.heads, p_.head_dim, query, weights, key, scale);
   }
 
-  // Decodes positions [first, first + count) of request b, count <= kBlockKeys,
-  // into `block` for score_block; the lanes past count get zero keys and scales.
-  void decode_key_block(std::int64_t b, std::int64_t first, int count, KeyBlock* block) const;
+  // Decodes positions [first, first + count) of block-table row `request`,
+  // count <= kBlockKeys, into `block` for score_block; the lanes past count
+  // get zero keys and scales.
+  void decode_key_block(std::int64_t request, std::int64_t first, int count, KeyBlock* block) const;
 
   // score_block over this problem's heads.
   void score_block(const float* query, const std::uint32_t* query_pairs, const float* weights,
@@ -116,14 +117,14 @@ class Scorer {
   }
 
  private:
-  // Request b's key at `position`: its code bytes, and its fp32 scale (fp8
-  // keys) or its scale word (fp4 keys).
+  // The key at `position` of block-table row `request`: its code bytes, and
+  // its fp32 scale (fp8 keys) or its scale word (fp4 keys).
   struct KeyRef {
     const std::uint8_t* codes;
     float scale;
     std::uint32_t scale_word;
   };
-  KeyRef key_at(std::int64_t b, std::int64_t position) const;
+  KeyRef key_at(std::int64_t request, std::int64_t position) const;
 
   const LogitsProblem& p_;
   E4m3Tables tables_;
@@ -133,36 +134,35 @@ class Scorer {
 // (a unit's rows, or a single row), so that each block of keys is decoded
 // once for all of them.
 struct RowGroup {
-  std::int64_t b = -1;  // none loaded yet
-  std::int64_t first_j = 0;
-  std::vector<std::int64_t> lengths;  // positions [0, lengths[i]) of row first_j + i are scored
+  std::int64_t request = -1;  // block-table row; none loaded yet
+  std::int64_t first_row = 0;  // flat (b * next_n + j)
+  std::vector<std::int64_t> lengths;  // positions [0, lengths[i]) of row first_row + i are scored
   std::vector<float> queries;               // the rows' queries, [H][D] each
   std::vector<std::uint32_t> query_pairs;  // the same as bf16 pairs, [H][D / 2] each
   KeyBlock block;
 
   std::int64_t rows() const { return static_cast<std::int64_t>(lengths.size()); }
-  // Sets the group to `rows` rows of request b from row first_j, decoding
-  // their queries unless the group holds those rows already (a thread's
-  // successive items are mostly chunks of one unit).
+  // Sets the group to `rows` rows of block-table row `request` from flat row
+  // first_row, decoding their queries unless the group holds those rows
+  // already (a thread's successive items are mostly chunks of one unit).
   void load(const Scorer& scorer, std::int64_t request, std::int64_t first_row, std::int64_t rows);
 };
 
 // Scores positions [begin, end) of the group's rows, in blocks of kBlockKeys
 // (begin a multiple of it), with score_block. For each block a row needs,
-// calls emit(i, first, values, count): row first_j + i, positions
+// calls emit(i, first, values, count): row first_row + i, positions
 // [first, first + count).
 template <typename Emit>
 void score_group(const Scorer& scorer, std::int64_t begin, std::int64_t end, RowGroup* group, Emit&& emit) {
-  const LogitsProblem& p = scorer.problem();
   const std::int64_t query_floats = scorer.query_floats();
   float values[kBlockKeys];
   for (std::int64_t first = begin; first < end; first += kBlockKeys) {
-    scorer.decode_key_block(group->b, first, static_cast<int>(std::min<std::int64_t>(kBlockKeys, end - first)),
+    scorer.decode_key_block(group->request, first, static_cast<int>(std::min<std::int64_t>(kBlockKeys, end - first)),
                             &group->block);
     for (std::int64_t i = 0; i < group->rows(); ++i) {
       const std::int64_t length = group->lengths[static_cast<std::size_t>(i)];
       if (first >= length) continue;
-      const std::int64_t row = group->b * p.next_n + group->first_j + i;
+      const std::int64_t row = group->first_row + i;
       scorer.score_block(group->queries.data() + i * query_floats, group->query_pairs.data() + i * query_floats / 2,
                          scorer.weights_row(row), group->block, values);
       emit(i, first, values, std::min<std::int64_t>(kBlockKeys, length - first));
@@ -178,8 +178,9 @@ struct RowScoreScratch {
   std::vector<float> key;
 };
 
-// Scores positions [0, length) of row (b, j) into out[0, length), one key at a time.
-void score_row(const Scorer& scorer, std::int64_t b, std::int64_t j, std::int64_t length,
+// Scores positions [0, length) of flat row `row` against block-table row
+// `request` into out[0, length), one key at a time.
+void score_row(const Scorer& scorer, std::int64_t row, std::int64_t request, std::int64_t length,
                ScoreMode mode, RowScoreScratch* scratch, float* out);
 
 // The straightforward or multithreaded logits pass (validated problem, data checked).

@@ -36,6 +36,15 @@ std::int64_t first_item_of(std::int64_t worker, std::int64_t total, std::int64_t
 
 Status context_lens(const LengthsProblem& p, const ExecContext&) {
   DSA_RETURN_IF_ERROR(check_length_inputs(lengths_op_name(p.convention), p));
+  if (p.varlen.offsets != nullptr) {
+    for (std::int64_t b = 0; b < p.batch; ++b) {
+      const std::int32_t first = p.varlen.offsets[b];
+      for (std::int32_t row = first; row < p.varlen.offsets[b + 1]; ++row) {
+        p.out[row * p.out_stride_b] = row_context_length(p.convention, p.input[b * p.input_stride], 1, row - first);
+      }
+    }
+    return Status::success();
+  }
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const std::int32_t input = p.input[b * p.input_stride];
     for (int j = 0; j < p.next_n; ++j) {
@@ -48,29 +57,33 @@ Status context_lens(const LengthsProblem& p, const ExecContext&) {
 // Worker w starts at item floor(w * total / W): item 0 is written (0, 0), the
 // start of the walk, and item i > 0 as the (unit, chunk) of the i-th item.
 Status plan_schedule(const ScheduleProblem& p, const ExecContext&) {
-  const std::int64_t units = schedule_units(p.batch, p.next_n, p.path);
+  DSA_RETURN_IF_ERROR(check_schedule_data(p));
+  const UnitLayout layout = unit_layout(p);
   std::int64_t total = 0;
-  for (std::int64_t unit = 0; unit < units; ++unit) {
-    total += chunks_for_length(unit_length(p.lens, p.next_n, p.path, unit));
+  for (std::int64_t unit = 0; unit < layout.units;) {
+    const UnitSpan span = unit_containing(layout, unit);
+    total += chunks_for_length(unit_length(layout, span));
+    unit = span.next;
   }
-  std::int64_t unit = 0, items_before_unit = 0;
+  UnitSpan span = layout.units > 0 ? unit_containing(layout, 0) : UnitSpan{};
+  std::int64_t items_before_unit = 0;
   for (int w = 0; w < p.num_workers; ++w) {
     const std::int64_t first = first_item_of(w, total, p.num_workers);
     WorkItem start{0, 0};
     if (first > 0) {
       // Advance to the unit holding item `first` (workers start in increasing order).
       for (;;) {
-        const std::int64_t chunks = chunks_for_length(unit_length(p.lens, p.next_n, p.path, unit));
+        const std::int64_t chunks = chunks_for_length(unit_length(layout, span));
         if (first < items_before_unit + chunks) break;
         items_before_unit += chunks;
-        ++unit;
+        span = unit_containing(layout, span.next);
       }
-      start = WorkItem{unit, first - items_before_unit};
+      start = WorkItem{span.unit, first - items_before_unit};
     }
     p.schedule[2 * w] = static_cast<std::int32_t>(start.unit);
     p.schedule[2 * w + 1] = static_cast<std::int32_t>(start.chunk);
   }
-  p.schedule[2 * p.num_workers] = static_cast<std::int32_t>(units);
+  p.schedule[2 * p.num_workers] = static_cast<std::int32_t>(layout.units);
   p.schedule[2 * p.num_workers + 1] = kChunkTokens;
   return Status::success();
 }

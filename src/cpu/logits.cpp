@@ -84,7 +84,8 @@ void pack_fp4_key_block(int head_dim, const std::uint8_t* const* codes, const st
   }
 }
 
-void Scorer::decode_query(std::int64_t b, std::int64_t j, float* out) const {
+void Scorer::decode_query(std::int64_t row, float* out) const {
+  const std::int64_t b = row / p_.next_n, j = row % p_.next_n;
   const std::uint8_t* q = p_.q + b * p_.q_stride_b + j * p_.q_stride_n;
   if (!p_.fp4_queries()) {
     decode_fp8_heads(tables_, q, p_.q_stride_h, p_.heads, p_.head_dim, out);
@@ -94,15 +95,16 @@ void Scorer::decode_query(std::int64_t b, std::int64_t j, float* out) const {
                    p_.q_scales_stride_h, p_.heads, p_.head_dim, out);
 }
 
-Scorer::KeyRef Scorer::key_at(std::int64_t b, std::int64_t position) const {
-  const CacheRow at = position_row(p_.block_table + b * p_.block_table_stride, position, p_.cache.page_tokens);
+Scorer::KeyRef Scorer::key_at(std::int64_t request, std::int64_t position) const {
+  const CacheRow at =
+      position_row(p_.block_table + request * p_.block_table_stride, position, p_.cache.page_tokens);
   std::uint8_t* page = cache_page(p_.cache, at.page);
   if (p_.fp4_keys()) return {page_keys(p_.cache, page, at.row), 1.0f, page_scale_words(p_.cache, page)[at.row]};
   return {page_keys(p_.cache, page, at.row), page_scales(p_.cache, page)[at.row], 0u};
 }
 
-float Scorer::decode_key(std::int64_t b, std::int64_t position, float* out) const {
-  const KeyRef key = key_at(b, position);
+float Scorer::decode_key(std::int64_t request, std::int64_t position, float* out) const {
+  const KeyRef key = key_at(request, position);
   if (p_.fp4_keys()) {
     decode_fp4_heads(key.codes, 0, &key.scale_word, 0, 1, p_.head_dim, out);
   } else {
@@ -111,7 +113,7 @@ float Scorer::decode_key(std::int64_t b, std::int64_t position, float* out) cons
   return key.scale;
 }
 
-void Scorer::decode_key_block(std::int64_t b, std::int64_t first, int count, KeyBlock* block) const {
+void Scorer::decode_key_block(std::int64_t request, std::int64_t first, int count, KeyBlock* block) const {
   std::array<const std::uint8_t*, kBlockKeys> codes{};
   std::array<std::uint32_t, kBlockKeys> scale_words{};
   for (int i = 0; i < kBlockKeys; ++i) {
@@ -120,7 +122,7 @@ void Scorer::decode_key_block(std::int64_t b, std::int64_t first, int count, Key
       block->scales[lane] = 0.0f;
       continue;
     }
-    const KeyRef key = key_at(b, first + i);
+    const KeyRef key = key_at(request, first + i);
     codes[lane] = key.codes;
     block->scales[lane] = key.scale;
     scale_words[lane] = key.scale_word;
@@ -132,27 +134,27 @@ void Scorer::decode_key_block(std::int64_t b, std::int64_t first, int count, Key
   }
 }
 
-void RowGroup::load(const Scorer& scorer, std::int64_t request, std::int64_t first_row, std::int64_t rows) {
-  if (request == b && first_row == first_j && rows == this->rows()) return;
-  b = request;
-  first_j = first_row;
+void RowGroup::load(const Scorer& scorer, std::int64_t table_row, std::int64_t first, std::int64_t rows) {
+  if (table_row == request && first == first_row && rows == this->rows()) return;
+  request = table_row;
+  first_row = first;
   lengths.resize(static_cast<std::size_t>(rows));
   queries.resize(static_cast<std::size_t>(rows * scorer.query_floats()));
-  for (std::int64_t i = 0; i < rows; ++i) scorer.decode_query(b, first_j + i, queries.data() + i * scorer.query_floats());
+  for (std::int64_t i = 0; i < rows; ++i) scorer.decode_query(first_row + i, queries.data() + i * scorer.query_floats());
   to_bf16_pairs(queries, &query_pairs);
 }
 
-void score_row(const Scorer& scorer, std::int64_t b, std::int64_t j, std::int64_t length, ScoreMode mode,
+void score_row(const Scorer& scorer, std::int64_t row, std::int64_t request, std::int64_t length, ScoreMode mode,
                RowScoreScratch* scratch, float* out) {
   const LogitsProblem& p = scorer.problem();
   scratch->query.resize(static_cast<std::size_t>(scorer.query_floats()));
   scratch->key.resize(static_cast<std::size_t>(p.head_dim));
   float* query = scratch->query.data();
   float* key = scratch->key.data();
-  scorer.decode_query(b, j, query);
-  const float* weights = scorer.weights_row(b * p.next_n + j);
+  scorer.decode_query(row, query);
+  const float* weights = scorer.weights_row(row);
   for (std::int64_t position = 0; position < length; ++position) {
-    const float scale = scorer.decode_key(b, position, key);
+    const float scale = scorer.decode_key(request, position, key);
     out[position] = mode == ScoreMode::plain_float64
                         ? static_cast<float>(scorer.score<double>(query, weights, key, scale))
                         : scorer.score<float>(query, weights, key, scale);
@@ -174,53 +176,56 @@ void reference_logits(const LogitsProblem& p, const ExecContext& ctx) {
   RowScoreScratch scratch;
   std::vector<float> row_values(static_cast<std::size_t>(p.max_context_len));
   const ScoreMode mode = ctx.reference_float64 ? ScoreMode::plain_float64 : ScoreMode::plain_float;
-  for (std::int64_t b = 0; b < p.batch; ++b) {
-    for (std::int64_t j = 0; j < p.next_n; ++j) {
-      const std::int64_t row = b * p.next_n + j;
-      const std::int64_t length = row_length(p.lens, b, j);
-      score_row(scorer, b, j, length, mode, &scratch, row_values.data());
-      for (std::int64_t position = 0; position < length; ++position) {
-        store_logit(p, row, position, row_values[static_cast<std::size_t>(position)]);
-      }
-      if (p.clean_logits) clean_row(p, row);
+  for (std::int64_t row = 0; row < p.rows(); ++row) {
+    const std::int64_t length = row_length(p.lens, row / p.next_n, row % p.next_n);
+    score_row(scorer, row, table_row_of(p, row), length, mode, &scratch, row_values.data());
+    for (std::int64_t position = 0; position < length; ++position) {
+      store_logit(p, row, position, row_values[static_cast<std::size_t>(position)]);
     }
+    if (p.clean_logits) clean_row(p, row);
   }
 }
 
+// A schedule item with its unit's rows.
+struct UnitItem {
+  UnitSpan span;
+  std::int64_t chunk = 0;
+};
+
 // Scores one schedule item: positions [256 c, 256 c + 256) of a unit's rows.
-void score_item(const Scorer& scorer, const WorkItem& item, RowGroup* group) {
+void score_item(const Scorer& scorer, const UnitItem& item, RowGroup* group) {
   const LogitsProblem& p = scorer.problem();
-  const bool per_token = p.path == LogitsPath::per_token;
-  group->load(scorer, per_token ? item.unit / p.next_n : item.unit, per_token ? item.unit % p.next_n : 0,
-              p.rows_per_unit());
+  group->load(scorer, item.span.request, item.span.first_row, item.span.rows);
   for (std::int64_t i = 0; i < group->rows(); ++i) {
-    group->lengths[static_cast<std::size_t>(i)] = row_length(p.lens, group->b, group->first_j + i);
+    const std::int64_t row = group->first_row + i;
+    group->lengths[static_cast<std::size_t>(i)] = row_length(p.lens, row / p.next_n, row % p.next_n);
   }
   const std::int64_t begin = item.chunk * kChunkTokens;
   const std::int64_t longest = *std::max_element(group->lengths.begin(), group->lengths.end());
-  const std::int64_t row0 = group->b * p.next_n + group->first_j;
   score_group(scorer, begin, std::min<std::int64_t>(begin + kChunkTokens, longest), group,
               [&](std::int64_t i, std::int64_t first, const float* values, std::int64_t count) {
-                for (std::int64_t t = 0; t < count; ++t) store_logit(p, row0 + i, first + t, values[t]);
+                for (std::int64_t t = 0; t < count; ++t) store_logit(p, group->first_row + i, first + t, values[t]);
               });
 }
 
 // The items of the problem's path in (unit, chunk) order. The threads take
 // them dynamically rather than by the schedule's ranges, so that the work
 // spreads over all threads whatever worker count the schedule was planned for.
-std::vector<WorkItem> list_items(const LogitsProblem& p) {
-  std::vector<WorkItem> items;
-  const std::int64_t units = schedule_units(p.batch, p.next_n, p.path);
-  for (std::int64_t unit = 0; unit < units; ++unit) {
-    const std::int64_t chunks = chunks_for_length(unit_length(p.lens, p.next_n, p.path, unit));
-    for (std::int64_t chunk = 0; chunk < chunks; ++chunk) items.push_back(WorkItem{unit, chunk});
+std::vector<UnitItem> list_items(const LogitsProblem& p) {
+  std::vector<UnitItem> items;
+  const UnitLayout layout = unit_layout(p);
+  for (std::int64_t unit = 0; unit < layout.units;) {
+    const UnitSpan span = unit_containing(layout, unit);
+    const std::int64_t chunks = chunks_for_length(unit_length(layout, span));
+    for (std::int64_t chunk = 0; chunk < chunks; ++chunk) items.push_back(UnitItem{span, chunk});
+    unit = span.next;
   }
   return items;
 }
 
 void parallel_logits(const LogitsProblem& p, const ExecContext& ctx) {
   const Scorer scorer(p);
-  const std::vector<WorkItem> items = list_items(p);
+  const std::vector<UnitItem> items = list_items(p);
   std::vector<RowGroup> scratch(static_cast<std::size_t>(thread_count(ctx)));
   parallel_for_items(static_cast<std::int64_t>(items.size()), ctx, [&](std::int64_t i, int thread) {
     score_item(scorer, items[static_cast<std::size_t>(i)], &scratch[static_cast<std::size_t>(thread)]);

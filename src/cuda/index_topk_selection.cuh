@@ -57,6 +57,8 @@ inline TopkProblem selection_problem(const IndexTopkProblem& p, const std::int32
     select.block_table_stride = p.logits.block_table_stride;
     select.max_blocks = p.logits.max_blocks;
     select.rows_per_request = static_cast<int>(p.logits.next_n);
+    select.request_offsets = p.logits.varlen.offsets;
+    select.requests = p.logits.varlen.requests;
     select.page_size = p.logits.cache.page_tokens;
   }
   return select;

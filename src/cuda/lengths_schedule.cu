@@ -33,6 +33,26 @@ __device__ std::int32_t convention_length(LengthConvention convention, std::int6
   return static_cast<std::int32_t>(length < INT32_MAX ? length : INT32_MAX);
 }
 
+// One thread per row of uneven requests: row r of request b (offsets[b] + t)
+// gets the causal input[b] + t + 1; a row of no request is recorded and 0.
+__global__ void row_context_lens_kernel(LengthsProblem p, DeviceErrorRecord* record) {
+  for (std::int64_t row = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; row < p.rows;
+       row += std::int64_t{gridDim.x} * blockDim.x) {
+    const std::int64_t b = request_of_row(p.varlen.offsets, p.varlen.requests, row);
+    if (b < 0) {
+      report_device_error(record, kRowWithoutRequest, row, p.varlen.requests, p.varlen.offsets[p.varlen.requests]);
+      p.out[row * p.out_stride_b] = 0;
+      continue;
+    }
+    std::int32_t input = p.input[b * p.input_stride];
+    if (input < 0) {
+      if (row == p.varlen.offsets[b]) report_device_error(record, kNegativeLength, b, input, 0);
+      input = 0;
+    }
+    p.out[row * p.out_stride_b] = convention_length(p.convention, input, 1, static_cast<int>(row - p.varlen.offsets[b]));
+  }
+}
+
 // One thread per output element (b, j).
 __global__ void context_lens_kernel(LengthsProblem p, DeviceErrorRecord* record) {
   const std::int64_t total = p.batch * p.next_n;
@@ -92,17 +112,32 @@ __device__ void write_entry(std::int32_t* schedule, std::int64_t worker, std::in
   schedule[2 * worker + 1] = static_cast<std::int32_t>(chunk);
 }
 
+// The unit a thread starts at: the first one named in [first, last) (a row
+// tile named before `first` belongs to the thread whose segment names it).
+__device__ UnitSpan first_owned_unit(const UnitLayout& layout, std::int64_t first, std::int64_t last) {
+  const UnitSpan none{last, last, -1, last, 0};
+  if (first >= last) return none;
+  const UnitSpan span = unit_containing(layout, first);
+  if (span.unit == first) return span;
+  return span.next < last ? unit_containing(layout, span.next) : none;
+}
+
 __global__ void __launch_bounds__(kPlanThreads) plan_schedule_kernel(ScheduleProblem p) {
   __shared__ std::int64_t scratch[kPlanThreads];
-  const std::int64_t units = schedule_units(p.batch, p.next_n, p.path);
+  const UnitLayout layout = unit_layout(p);
+  const std::int64_t units = layout.units;
   const std::int64_t workers = p.num_workers;
   const std::int64_t per_thread = (units + kPlanThreads - 1) / kPlanThreads;
-  const std::int64_t first = threadIdx.x * per_thread;
+  const std::int64_t first = threadIdx.x * per_thread < units ? threadIdx.x * per_thread : units;
   const std::int64_t last = first + per_thread < units ? first + per_thread : units;
+  const UnitSpan owned = first_owned_unit(layout, first, last);
 
+  // Each thread owns the units named in its segment [first, last).
   std::int64_t segment_items = 0;
-  for (std::int64_t u = first; u < last; ++u) {
-    segment_items += chunks_for_length(unit_length(p.lens, p.next_n, p.path, u));
+  for (UnitSpan span = owned; span.unit < last;) {
+    segment_items += chunks_for_length(unit_length(layout, span));
+    if (span.next >= last) break;
+    span = unit_containing(layout, span.next);
   }
   std::int64_t total = 0;
   std::int64_t before = block_exclusive_scan(segment_items, scratch, &total);
@@ -118,20 +153,30 @@ __global__ void __launch_bounds__(kPlanThreads) plan_schedule_kernel(SchedulePro
   // The other workers start inside the unit holding their first item: unit u
   // holds items [before, before + chunks), so it starts the workers w with
   // before <= floor(w * total / workers) < before + chunks.
-  for (std::int64_t u = first; u < last; ++u) {
-    const std::int64_t chunks = chunks_for_length(unit_length(p.lens, p.next_n, p.path, u));
+  for (UnitSpan span = owned; span.unit < last;) {
+    const std::int64_t chunks = chunks_for_length(unit_length(layout, span));
     if (chunks > 0) {
       std::int64_t w = first_worker_at_or_after(before > 1 ? before : 1, total, workers);
       const std::int64_t w_end = first_worker_at_or_after(before + chunks, total, workers);
-      for (; w < w_end; ++w) write_entry(p.schedule, w, u, first_item_of(w, total, workers) - before);
+      for (; w < w_end; ++w) write_entry(p.schedule, w, span.unit, first_item_of(w, total, workers) - before);
     }
     before += chunks;
+    if (span.next >= last) break;
+    span = unit_containing(layout, span.next);
   }
 }
 
 }  // namespace
 
 Status context_lens(const LengthsProblem& p, const ExecContext& ctx) {
+  if (p.varlen.offsets != nullptr) {
+    if (p.rows > 0) {
+      row_context_lens_kernel<<<grid_for(p.rows, kLengthThreads), kLengthThreads, 0, stream_of(ctx)>>>(
+          p, error_record(ctx));
+      DSA_CUDA_CHECK_LAUNCH("row_context_lens_kernel");
+    }
+    return Status::success();
+  }
   const std::int64_t total = p.batch * p.next_n;
   if (total > 0) {
     context_lens_kernel<<<grid_for(total, kLengthThreads), kLengthThreads, 0, stream_of(ctx)>>>(

@@ -20,7 +20,9 @@
 // negative, beyond max_context_len or beyond the block table is filled with
 // NaN over [0, max_context_len); a needed block-table entry outside the cache
 // turns that page's positions into NaN. Neither is ever dereferenced, and the
-// first violation lands in the error record.
+// first violation lands in the error record. With request_offsets, units
+// are row tiles of one request (dsa/schedule.hpp); offsets that are not
+// non-decreasing from 0 to T are recorded and every row becomes NaN.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -329,14 +331,19 @@ __device__ void score_tile_row(const LogitsProblem& p, const SharedLayout& layou
   }
 }
 
-// One work item: rows [j_begin, j_end) of request b, positions of `chunk`.
-// Every branch depends only on block-uniform values.
+// The length of flat row `row` (b * next_n + j) when it obeys the scoring rules, else 0.
+__device__ std::int64_t usable_row_length(const LogitsProblem& p, std::int64_t row) {
+  return usable_length(p, row / p.next_n, row % p.next_n);
+}
+
+// One work item: the unit's rows, positions of `chunk`. Every branch
+// depends only on block-uniform values.
 __device__ void score_item(const LogitsProblem& p, const SharedLayout& layout, const SharedViews& s,
-                           std::int64_t b, std::int64_t j_begin, std::int64_t j_end,
-                           std::int64_t chunk, DeviceErrorRecord* record) {
+                           const UnitSpan& unit, std::int64_t chunk, DeviceErrorRecord* record) {
+  const std::int64_t row_end = unit.first_row + unit.rows;
   std::int64_t span = 0;
-  for (std::int64_t j = j_begin; j < j_end; ++j) {
-    const std::int64_t length = usable_length(p, b, j);
+  for (std::int64_t row = unit.first_row; row < row_end; ++row) {
+    const std::int64_t length = usable_row_length(p, row);
     span = length > span ? length : span;
   }
   const std::int64_t begin = chunk * kChunkTokens;
@@ -352,17 +359,17 @@ __device__ void score_item(const LogitsProblem& p, const SharedLayout& layout, c
       const std::int64_t first = tile + std::int64_t{i} * page_tokens;
       if (i * page_tokens >= kTileTokens || first >= end) continue;
       const std::int64_t column = first / page_tokens;
-      const std::int32_t page = p.block_table[b * p.block_table_stride + column];
+      const std::int32_t page = p.block_table[unit.request * p.block_table_stride + column];
       if (page >= 0 && page < p.cache.num_pages) {
         pages.page[i] = cache_page(p.cache, page);
         pages.any = true;
         continue;
       }
-      if (threadIdx.x == 0) report_device_error(record, kPageOutOfRange, b, column, page);
-      for (std::int64_t j = j_begin; j < j_end; ++j) {
-        const std::int64_t length = usable_length(p, b, j);
+      if (threadIdx.x == 0) report_device_error(record, kPageOutOfRange, unit.request, column, page);
+      for (std::int64_t row = unit.first_row; row < row_end; ++row) {
+        const std::int64_t length = usable_row_length(p, row);
         for (std::int64_t pos = first + threadIdx.x; pos < first + page_tokens && pos < length; pos += kThreads) {
-          store_logit(p, b * p.next_n + j, pos, invalid_logit());
+          store_logit(p, row, pos, invalid_logit());
         }
       }
     }
@@ -370,9 +377,33 @@ __device__ void score_item(const LogitsProblem& p, const SharedLayout& layout, c
     __syncthreads();  // the previous tile is no longer read
     stage_tile(p.cache, pages, s, layout.key_stride(), layout.scale_blocks);
     __syncthreads();
-    for (std::int64_t j = j_begin; j < j_end; ++j) {
-      const std::int64_t length = usable_length(p, b, j);
-      if (length > tile) score_tile_row(p, layout, s, pages, b, j, tile, length);
+    for (std::int64_t row = unit.first_row; row < row_end; ++row) {
+      const std::int64_t length = usable_row_length(p, row);
+      if (length > tile) score_tile_row(p, layout, s, pages, row / p.next_n, row % p.next_n, tile, length);
+    }
+  }
+}
+
+// Whether request_offsets runs non-decreasing from 0 to the number of rows
+// (request_offsets_violation), checked by the whole block; the violations
+// found are recorded. Every block checks, so all of them agree.
+__device__ bool request_offsets_hold(const LogitsProblem& p, DeviceErrorRecord* record) {
+  int broken = 0;
+  for (std::int64_t q = threadIdx.x; q <= p.varlen.requests; q += kThreads) {
+    if (request_offsets_violation(p.varlen, q, p.rows()) != OffsetsViolation::none) {
+      report_device_error(record, kBadRequestOffsets, q, p.varlen.offsets[q], p.rows());
+      broken = 1;
+    }
+  }
+  return __syncthreads_or(broken) == 0;
+}
+
+// The block's share of the rows (every num_workers-th) filled with NaN over
+// [0, max_context_len): what no row of broken request_offsets is scored into.
+__device__ void fill_share_with_nan(const LogitsProblem& p) {
+  for (std::int64_t row = blockIdx.x; row < p.rows(); row += p.num_workers) {
+    for (std::int64_t pos = threadIdx.x; pos < p.max_context_len; pos += kThreads) {
+      store_logit(p, row, pos, invalid_logit());
     }
   }
 }
@@ -382,16 +413,18 @@ __global__ void __launch_bounds__(kThreads) generic_logits_kernel(LogitsProblem 
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   const SharedLayout layout{p.head_dim, head_tile, key_scale_blocks(p)};
   const SharedViews s = carve_shared(shared_bytes, layout);
-  const std::int64_t units = schedule_units(p.batch, p.next_n, p.path);
-  if (threadIdx.x == 0) check_schedule_share(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, units, record);
-  const bool per_token = p.path == LogitsPath::per_token;
-  for_each_item(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, units, p.lens, p.next_n,
-                p.path, [&](std::int64_t unit, std::int64_t chunk, std::int64_t) {
-                  const std::int64_t b = per_token ? unit / p.next_n : unit;
-                  const std::int64_t j_begin = per_token ? unit % p.next_n : 0;
-                  const std::int64_t j_end = per_token ? j_begin + 1 : p.next_n;
-                  score_item(p, layout, s, b, j_begin, j_end, chunk, record);
-                });
+  const UnitLayout units = unit_layout(p);
+  if (threadIdx.x == 0) {
+    check_schedule_share(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, units.units, record);
+  }
+  if (p.varlen.offsets != nullptr && !request_offsets_hold(p, record)) {
+    fill_share_with_nan(p);
+    return;
+  }
+  for_each_unit_item(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, units,
+                     [&](const UnitSpan& unit, std::int64_t chunk, std::int64_t) {
+                       score_item(p, layout, s, unit, chunk, record);
+                     });
 }
 
 bool aligned16(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer) % 16 == 0; }

@@ -252,3 +252,72 @@ dsa::TensorView view_of(std::vector<float>& v, std::initializer_list<std::int64_
 }
 
 }  // namespace dsa_test
+
+namespace dsa_test {
+
+VarlenWorkload make_varlen_workload(const VarlenSpec& spec) {
+  Rng rng(spec.seed * 7919 + 13);
+  VarlenWorkload v;
+  v.requests = static_cast<std::int64_t>(spec.rows_per_request.size());
+  v.request_offsets.assign(1, 0);
+  std::vector<std::int32_t> lens;
+  for (std::int64_t b = 0; b < v.requests; ++b) {
+    const int n = spec.rows_per_request[static_cast<std::size_t>(b)];
+    const std::int32_t prefix = std::uniform_int_distribution<std::int32_t>(0, spec.max_prefix)(rng);
+    std::vector<std::int32_t> request_lens(static_cast<std::size_t>(n));
+    for (int t = 0; t < n; ++t) {
+      request_lens[static_cast<std::size_t>(t)] =
+          spec.causal ? prefix + t + 1 : std::uniform_int_distribution<std::int32_t>(0, spec.max_prefix)(rng);
+    }
+    if (!spec.causal && n > 0) {
+      // The longest row last, the others in any order.
+      auto longest = std::max_element(request_lens.begin(), request_lens.end());
+      std::iter_swap(longest, request_lens.end() - 1);
+    }
+    lens.insert(lens.end(), request_lens.begin(), request_lens.end());
+    for (int t = 0; t < n; ++t) v.row_request.push_back(static_cast<std::int32_t>(b));
+    v.request_offsets.push_back(v.request_offsets.back() + n);
+  }
+  const auto total = static_cast<std::int64_t>(lens.size());
+  v.rows = make_workload(WorkloadSpec{.batch = total, .next_n = 1, .heads = spec.heads, .head_dim = spec.head_dim,
+                                      .context_lens = lens, .page_tokens = spec.page_tokens, .seed = spec.seed});
+  // Request b reads the pages of its longest row: they hold every position its rows need.
+  const std::int64_t width = v.rows.max_blocks;
+  v.table.assign(static_cast<std::size_t>(std::max<std::int64_t>(v.requests, 0) * width), -1);
+  for (std::int64_t b = 0; b < v.requests; ++b) {
+    const std::int32_t begin = v.request_offsets[static_cast<std::size_t>(b)];
+    const std::int32_t end = v.request_offsets[static_cast<std::size_t>(b) + 1];
+    if (begin == end) continue;
+    std::int32_t longest = begin;
+    for (std::int32_t r = begin; r < end; ++r) {
+      if (lens[static_cast<std::size_t>(r)] > lens[static_cast<std::size_t>(longest)]) longest = r;
+    }
+    std::copy_n(v.rows.block_table.begin() + longest * width, width, v.table.begin() + b * width);
+  }
+  return v;
+}
+
+dsa::TensorView VarlenWorkload::request_offsets_view() {
+  return dsa::make_view(request_offsets.data(), dsa::DType::int32, {requests + 1});
+}
+
+dsa::TensorView VarlenWorkload::table_view() {
+  return dsa::make_view(nonnull_data(table), dsa::DType::int32, {requests, rows.max_blocks});
+}
+
+dsa::TensorView VarlenWorkload::q_view_3d() {
+  return dsa::make_view(nonnull_data(rows.q_fp8), dsa::DType::float8_e4m3, {rows.batch, rows.heads, rows.head_dim});
+}
+
+dsa::TensorView VarlenWorkload::row_lengths_view() {
+  return dsa::make_view(nonnull_data(rows.context_lens), dsa::DType::int32, {rows.batch});
+}
+
+ReferenceLogits VarlenWorkload::reference() const {
+  LogitsInputs in = rows.logits_inputs();
+  in.block_table = table.data();
+  in.row_request = row_request.data();
+  return reference_logits(in, rows.max_context_len);
+}
+
+}  // namespace dsa_test

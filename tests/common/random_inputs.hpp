@@ -112,6 +112,41 @@ struct Workload {
 
 Workload make_workload(const WorkloadSpec& spec);
 
+// Requests of uneven row counts (request_offsets): request b owns
+// rows_per_request[b] consecutive rows (0 for an empty request).
+struct VarlenSpec {
+  std::vector<int> rows_per_request;
+  int heads = 16;
+  int head_dim = 128;
+  // Causal lengths prefix_b + t + 1 (prefix_b in [0, max_prefix]); otherwise
+  // every row's length is drawn from [0, max_prefix] in any order, and the
+  // request's last row is the longest.
+  bool causal = true;
+  std::int32_t max_prefix = 300;
+  int page_tokens = 64;
+  std::uint64_t seed = 1;
+};
+
+// The rows as a Workload of T requests of one row (queries, weights, lengths,
+// cache), plus the request structure: request b reads block-table row b of
+// `table`, the row make_workload built for its longest row.
+struct VarlenWorkload {
+  Workload rows;
+  std::int64_t requests = 0;
+  std::vector<std::int32_t> request_offsets;  // [B + 1]
+  std::vector<std::int32_t> row_request;      // [T]: the request of each row
+  std::vector<std::int32_t> table;            // [B, rows.max_blocks]
+
+  std::int64_t total_rows() const { return rows.batch; }
+  dsa::TensorView request_offsets_view();
+  dsa::TensorView table_view();
+  dsa::TensorView q_view_3d();          // [T, H, D]
+  dsa::TensorView row_lengths_view();   // [T]
+  ReferenceLogits reference() const;
+};
+
+VarlenWorkload make_varlen_workload(const VarlenSpec& spec);
+
 // Appends every case of `cases` again on 32-token pages, named "p32_" and
 // its own name, with another seed. A case has a `name` and a WorkloadSpec `spec`.
 template <typename Case>

@@ -215,7 +215,8 @@ ReferenceLogits reference_logits(const LogitsInputs& in, std::int64_t max_contex
       const std::int64_t length = in.context_lens[r];
       for (std::int64_t i = 0; i < std::int64_t{H} * D; ++i) q[i] = e4m3_decode(in.q_fp8[r * H * D + i]);
       for (std::int64_t p = 0; p < length; ++p) {
-        const std::int64_t slot = in.geometry.position_slot(in.block_table + b * in.max_blocks, p);
+        const std::int64_t table_row = in.row_request != nullptr ? in.row_request[r] : b;
+        const std::int64_t slot = in.geometry.position_slot(in.block_table + table_row * in.max_blocks, p);
         const double scale = cached_scale(in.cache, in.geometry, slot);
         for (int d = 0; d < D; ++d) key[d] = cached_key(in.cache, in.geometry, slot, d);
         const std::size_t at = static_cast<std::size_t>(r * max_context_len + p);

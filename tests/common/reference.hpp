@@ -92,6 +92,9 @@ struct LogitsInputs {
   const std::int32_t* context_lens = nullptr;  // [B * next_n]
   const std::int32_t* block_table = nullptr;   // [B, max_blocks]
   std::int64_t max_blocks = 0;
+  // Requests of uneven row counts: row r reads block-table row
+  // row_request[r] (size B * next_n) instead of its own b.
+  const std::int32_t* row_request = nullptr;
 };
 
 // Logits computed in float64: value[r * cols + p] for p < L[r] (NaN beyond),

@@ -299,3 +299,68 @@ def logits_of_values(q, keys, weights, lens_2d, block_table, max_context_len, pa
             r = b * next_n + j
             out[r, :length] = weights[r].astype(np.float64) @ np.maximum(0.0, q[b, j] @ k.T)
     return out
+
+
+def varlen_problem(rng, rows_per_request, heads=4, head_dim=32, max_prefix=300, page=PAGE,
+                   causal=True, spare_pages=2):
+    """NumPy inputs of a scoring call with requests of uneven row counts: request b owns
+    rows_per_request[b] consecutive rows (offsets int32 [B + 1], indices int32 [T] the
+    request of each row); lengths int32 [T] causal (prefix_b + t + 1) or random with each
+    request's last row longest; q codes [T, 1, H, D], weights [T, H], a block table
+    [B, max_blocks] of distinct random pages."""
+    offsets = np.concatenate([[0], np.cumsum(rows_per_request)]).astype(np.int32)
+    indices = np.repeat(np.arange(len(rows_per_request)), rows_per_request).astype(np.int32)
+    prefix = rng.integers(0, max_prefix, size=len(rows_per_request)).astype(np.int32)
+    lens = []
+    for b, n in enumerate(rows_per_request):
+        row = (prefix[b] + np.arange(n) + 1 if causal
+               else rng.integers(0, max_prefix, size=n))
+        if not causal and n:
+            row[[int(np.argmax(row)), n - 1]] = row[[n - 1, int(np.argmax(row))]]
+        lens.extend(int(x) for x in row)
+    lens = np.asarray(lens, dtype=np.int32)
+    longest = np.array([lens[offsets[b]:offsets[b + 1]].max(initial=0)
+                        for b in range(len(rows_per_request))], dtype=np.int32)
+    needed = int((-(-longest // page)).sum())
+    cache = random_cache(rng, needed + spare_pages, head_dim, page=page)
+    table = random_block_table(rng, longest[:, None], cache.shape[0], page=page)
+    rows = len(lens)
+    q = rng.standard_normal((rows, 1, heads, head_dim)).astype(np.float32)
+    weights = rng.standard_normal((rows, heads)).astype(np.float32)
+    return dict(prefix=prefix, lens=lens, offsets=offsets, indices=indices, cache=cache,
+                table=table, q=e4m3_encode(q), weights=weights,
+                max_len=int(lens.max(initial=0)) + 3, page=page, head_dim=head_dim)
+
+
+def varlen_logits(p):
+    """float64 [T, max_len] of a varlen_problem: row r of request indices[r] over its
+    request's block-table row; -inf past each row's length."""
+    keys, scales = split_cache(p["cache"], p["head_dim"], p["page"])
+    q = e4m3_decode(p["q"])
+    out = np.full((len(p["lens"]), p["max_len"]), -np.inf)
+    for r, length in enumerate(p["lens"]):
+        pos = np.arange(int(length))
+        pages = p["table"][p["indices"][r], pos // p["page"]]
+        k = keys[pages, pos % p["page"]]
+        s = scales[pages, pos % p["page"]].astype(np.float64)
+        out[r, :length] = p["weights"][r].astype(np.float64) @ np.maximum(0.0, (q[r, 0] @ k.T) * s)
+    return out
+
+
+def varlen_schedule(lens, offsets, num_workers, path):
+    """int32 [num_workers + 1, 2] for rows of uneven requests (include/dsa/schedule.hpp):
+    units are row tiles of 8 rows of one request (single rows on the per-token path) named
+    by their first row; the trailer is (T, 256)."""
+    tile = 8 if path == "native" else 1
+    items = []
+    for b in range(len(offsets) - 1):
+        for first in range(offsets[b], offsets[b + 1], tile):
+            end = min(first + tile, offsets[b + 1])
+            chunks = -(-int(lens[first:end].max()) // CHUNK)
+            items.extend((first, c) for c in range(chunks))
+    out = np.zeros((num_workers + 1, 2), dtype=np.int32)
+    for w in range(num_workers):
+        first = w * len(items) // num_workers
+        out[w] = items[first] if first > 0 else (0, 0)
+    out[num_workers] = (len(lens), CHUNK)
+    return out

@@ -94,6 +94,52 @@ def test_deep_gemm_schedules_for_fewer_workers(rng, page, legacy):
         np.testing.assert_array_equal(result, results[0])
 
 
+def varlen_args(p, schedule):
+    return (kv_cache(p), p["weights"], p["lens"], p["table"], schedule, p["max_len"])
+
+
+@pytest.mark.parametrize("page", [32, 64])
+@pytest.mark.parametrize("rows", [[1, 3, 2, 4], [8, 0, 5, 0, 1], [0, 120, 1]])
+def test_deep_gemm_indices(rng, page, rows):
+    """indices [T] (the request of each row, sorted) with q [T, 1, H, D] and per-row
+    lengths [T]: the reference logits, and the metadata is the schedule planned with the
+    request offsets."""
+    p = ref.varlen_problem(rng, rows, head_dim=D, page=page, causal=False, max_prefix=700)
+    schedule = deep_gemm.get_paged_mqa_logits_metadata(p["lens"], page, 5, indices=p["indices"])
+    np.testing.assert_array_equal(
+        schedule, dsa.plan_schedule(p["lens"], 5, request_offsets=p["offsets"]))
+    logits = deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], None), *varlen_args(p, schedule),
+                                                clean_logits=True, indices=p["indices"])
+    assert logits.shape == (sum(rows), p["max_len"])
+    assert_logits_close(logits, ref.varlen_logits(p))
+
+
+def test_deep_gemm_indices_errors(rng):
+    p = ref.varlen_problem(rng, [2, 3, 1], head_dim=D, causal=False)
+    schedule = deep_gemm.get_paged_mqa_logits_metadata(p["lens"], 64, 4, indices=p["indices"])
+    args = varlen_args(p, schedule)
+    # An index beyond block_table's rows leaves the last offset short of the rows: reported.
+    for bad in ([0, 0, 1, 1, 1, 3], [-1, 0, 1, 1, 1, 2]):
+        with pytest.raises(ValueError, match="request_offsets"):
+            deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], None), *args,
+                                               indices=np.array(bad, dtype=np.int32))
+
+
+def test_deep_gemm_indices_with_torch(rng):
+    torch = pytest.importorskip("torch")
+    p = ref.varlen_problem(rng, [3, 0, 9, 2], head_dim=D, causal=False)
+    t = {key: torch.from_numpy(value) for key, value in p.items() if isinstance(value, np.ndarray)}
+    indices = t["indices"]
+    schedule = deep_gemm.get_paged_mqa_logits_metadata(t["lens"], 64, 3, indices=indices)
+    np.testing.assert_array_equal(
+        schedule.numpy(), dsa.plan_schedule(p["lens"], 3, request_offsets=p["offsets"]))
+    logits = deep_gemm.fp8_fp4_paged_mqa_logits(
+        (t["q"].view(torch.float8_e4m3fn), None), t["cache"].reshape(-1, 64, 1, D + 4),
+        t["weights"], t["lens"], t["table"], schedule, p["max_len"], clean_logits=True,
+        indices=indices)
+    assert_logits_close(logits.numpy(), ref.varlen_logits(p))
+
+
 def test_deep_gemm_refusals_name_the_argument(rng):
     p = ref.scoring_problem(rng, head_dim=D, next_n=2, page=32)
     schedule = deep_gemm.get_paged_mqa_logits_metadata(p["lens"], 32, 4)
@@ -105,12 +151,11 @@ def test_deep_gemm_refusals_name_the_argument(rng):
     with pytest.raises(TypeError, match=r"fp8_fp4_paged_mqa_logits: q: expected the pair"):
         deep_gemm.fp8_fp4_paged_mqa_logits(p["q"], *args)
     rows = np.arange(len(p["lens"]), dtype=np.int32)
-    with pytest.raises(NotImplementedError,
-                       match="fp8_fp4_paged_mqa_logits: indices: varlen rows .* not supported"):
+    with pytest.raises(ValueError, match=r"fp8_fp4_paged_mqa_logits: q: with indices, expected "
+                                         r"\[T, 1, H, D\]"):
         deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], None), *args, indices=rows)
-    with pytest.raises(NotImplementedError,
-                       match="get_paged_mqa_logits_metadata: indices: varlen rows"):
-        deep_gemm.get_paged_mqa_logits_metadata(p["lens"], 32, 4, indices=rows)
+    with pytest.raises(ValueError, match="get_paged_mqa_logits_metadata: indices: expected"):
+        deep_gemm.get_paged_mqa_logits_metadata(p["lens"], 32, 4, indices=rows[:, None])
     for block_kv in (16, 128, 0):
         with pytest.raises(ValueError,
                            match=r"get_paged_mqa_logits_metadata: block_kv: must be one of "

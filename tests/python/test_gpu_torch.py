@@ -321,13 +321,12 @@ def test_deep_gemm_refusals(rng):
     args = (p["cache"].view(-1, 32, 1, D + 4), p["weights"], p["lens"], p["table"],
             deep_gemm.get_paged_mqa_logits_metadata(p["lens"], 32, 8), p["max_len"])
     q_sf = torch.ones(p["q"].shape[:-1], device=DEVICE)
-    with pytest.raises(NotImplementedError, match="fp8_fp4_paged_mqa_logits: q: FP4 queries"):
+    # A scale tensor makes q the FP4 form, whose codes are bytes, not float8 values.
+    with pytest.raises(TypeError, match="fp8_fp4_paged_mqa_logits: q: must hold packed e2m1 codes"):
         deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], q_sf), *args)
     rows = torch.arange(p["lens"].shape[0], dtype=torch.int32, device=DEVICE)
-    with pytest.raises(NotImplementedError, match="fp8_fp4_paged_mqa_logits: indices"):
+    with pytest.raises(ValueError, match="fp8_fp4_paged_mqa_logits: q: with indices"):
         deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], None), *args, indices=rows)
-    with pytest.raises(NotImplementedError, match="get_paged_mqa_logits_metadata: indices"):
-        deep_gemm.get_paged_mqa_logits_metadata(p["lens"], 32, 8, indices=rows)
     with pytest.raises(ValueError, match="get_paged_mqa_logits_metadata: block_kv"):
         deep_gemm.get_paged_mqa_logits_metadata(p["lens"], 16, 8)
     with pytest.raises(ValueError, match="fp8_fp4_paged_mqa_logits: logits_dtype"):
@@ -493,6 +492,79 @@ def test_custom_ops_pass_opcheck(rng):
                           test_utils=utils)
 
 
+def varlen_problem(rng, rows, page=PAGE):
+    """ref.varlen_problem on the device (64 heads of D = 128), with its reference logits."""
+    p = ref.varlen_problem(rng, rows, heads=64, head_dim=D, page=page, causal=False,
+                           max_prefix=3000)
+    expected = ref.varlen_logits(p)
+    t = {key: cuda(value) if isinstance(value, np.ndarray) else value for key, value in p.items()}
+    t["q"] = t["q"].view(FP8)
+    return t, expected
+
+
+def varlen_compat_step(t, schedule):
+    return deep_gemm.fp8_fp4_paged_mqa_logits(
+        (t["q"], None), t["cache"].view(-1, t["page"], 1, D + 4), t["weights"], t["lens"],
+        t["table"], schedule, t["max_len"], clean_logits=True, indices=t["indices"])
+
+
+@pytest.mark.parametrize("page", [32, 64])
+@pytest.mark.parametrize("rows", [[1, 4, 2, 8, 3], [0, 130, 2, 0, 5]])
+def test_deep_gemm_indices(rng, page, rows):
+    t, expected = varlen_problem(rng, rows, page)
+    schedule = deep_gemm.get_paged_mqa_logits_metadata(t["lens"], page, 16, indices=t["indices"])
+    assert torch.equal(schedule, dsa.plan_schedule(t["lens"], 16, request_offsets=t["offsets"]))
+    logits = varlen_compat_step(t, schedule)
+    finite = np.isfinite(expected)
+    np.testing.assert_allclose(logits.cpu().numpy()[finite], expected[finite], rtol=2e-4,
+                               atol=2e-4 * max(1.0, float(np.abs(expected[finite]).max(initial=0))))
+    assert torch.equal(torch.isneginf(logits).cpu(), torch.from_numpy(np.isneginf(expected)))
+    # index_topk with request_offsets (logits then top-k on CUDA) is topk of these logits.
+    indices = dsa.index_topk(t["q"], t["cache"], t["weights"], t["lens"], t["table"],
+                             t["max_len"], 64, schedule, sorted=True, page_size=page,
+                             request_offsets=t["offsets"])
+    assert torch.equal(indices, dsa.topk(logits, t["lens"], 64, sorted=True))
+    with pytest.raises(NotImplementedError, match="index_topk: strategy"):
+        dsa.index_topk(t["q"], t["cache"], t["weights"], t["lens"], t["table"], t["max_len"], 64,
+                       schedule, strategy="fused", page_size=page, request_offsets=t["offsets"])
+    with pytest.raises(NotImplementedError, match="request_offsets"):
+        dsa.paged_mqa_logits(t["q"], t["cache"], t["weights"], t["lens"], t["table"],
+                             t["max_len"], schedule, page_size=page,
+                             request_offsets=t["offsets"], backend="cuda_hopper")
+
+
+def test_deep_gemm_indices_under_cuda_graphs(rng):
+    t, _ = varlen_problem(rng, [3, 17, 1, 6])
+    schedule = torch.empty((17, 2), dtype=torch.int32, device=DEVICE)
+
+    def step():
+        schedule.copy_(deep_gemm.get_paged_mqa_logits_metadata(t["lens"], PAGE, 16,
+                                                               indices=t["indices"]))
+        return varlen_compat_step(t, schedule)
+
+    step()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        logits = step()
+    for trial in range(3):
+        t["lens"].copy_((t["lens"].float() * torch.rand(t["lens"].shape, device=DEVICE)).int())
+        graph.replay()
+        expected = step()
+        torch.cuda.synchronize()
+        assert torch.equal(logits, expected), trial
+
+
+def test_varlen_device_errors(rng):
+    t, _ = varlen_problem(rng, [2, 5, 1])
+    schedule = dsa.plan_schedule(t["lens"], 8, request_offsets=t["offsets"])
+    bad = torch.tensor([0, 5, 2, 8], dtype=torch.int32, device=DEVICE)
+    with pytest.raises(ValueError, match="paged_mqa_logits: request_offsets"):
+        dsa.paged_mqa_logits(t["q"], t["cache"], t["weights"], t["lens"], t["table"],
+                             t["max_len"], schedule, request_offsets=bad,
+                             check_device_errors=True)
+
+
 def test_cuda_graph_replay_with_changed_lengths(rng):
     next_n, k, batch = 2, 512, 4
     p = scoring_problem(rng, batch=batch, next_n=next_n, max_prefix=4000)
@@ -656,7 +728,7 @@ def test_deep_gemm_mqa_logits(rng):
                                               max_seqlen_k=p["width"])
     assert torch.equal(compressed, dsa.mqa_logits(*prefill_args(p), clean_logits=True,
                                                   compressed=True, max_seqlen_k=p["width"]))
-    with pytest.raises(NotImplementedError, match="fp8_fp4_mqa_logits: q: FP4 queries"):
+    with pytest.raises(TypeError, match="fp8_fp4_mqa_logits: q: must hold packed e2m1 codes"):
         deep_gemm.fp8_fp4_mqa_logits((p["q"], torch.ones(3, device=DEVICE)), kv, *args)
 
 

@@ -5,6 +5,7 @@ library there, and the result is the eager one (bitwise: same backend, same inpu
 Skipped where PyTorch is not installed; no GPU needed."""
 
 import inspect
+import shutil
 
 import numpy as np
 import pytest
@@ -75,6 +76,24 @@ def prefill(rng, heads, rows=6, keys=40):
 
 def scoring(p):
     return p["q"], p["cache"], p["weights"], p["lens"], p["table"], p["max_len"]
+
+
+def varlen_scoring(p):
+    """The scoring inputs as rows of requests of uneven row counts: the request_offsets of
+    the problem's requests, q [T, 1, H, D] and the rows' lengths [T]."""
+    batch, next_n = p["lens"].shape
+    q = p["q"].reshape(batch * next_n, 1, *p["q"].shape[2:])
+    return q, p["cache"], p["weights"], p["lens"].reshape(-1), p["table"], p["max_len"]
+
+
+def varlen_offsets(p):
+    batch, next_n = p["lens"].shape
+    return torch.arange(batch + 1, dtype=torch.int32) * next_n
+
+
+def varlen_indices(p):
+    batch, next_n = p["lens"].shape
+    return torch.arange(batch, dtype=torch.int32).repeat_interleave(next_n)
 
 
 def prefill_args(p):
@@ -214,6 +233,22 @@ CASES = {
         p["q"], p["cache"].view(-1, ref.PAGE, 1, D + 4), p["weights"], p["prefix"] + 2,
         p["table"], deep_gemm.get_paged_mqa_logits_metadata(p["prefix"] + 2, 64, 4),
         p["max_len"], True),
+    # Requests of uneven row counts.
+    "plan_schedule_request_offsets": lambda p: dsa.plan_schedule(
+        p["lens"].reshape(-1), 3, request_offsets=varlen_offsets(p)),
+    "paged_mqa_logits_request_offsets": lambda p: dsa.paged_mqa_logits(
+        *varlen_scoring(p), clean_logits=True, request_offsets=varlen_offsets(p)),
+    "index_topk_request_offsets": lambda p: dsa.index_topk(
+        *varlen_scoring(p), 8, sorted=True, physical_slots=True,
+        request_offsets=varlen_offsets(p)),
+    "causal_context_lens_request_offsets": lambda p: dsa.causal_context_lens(
+        p["prefix"], 1, request_offsets=varlen_offsets(p), total_rows=p["lens"].numel()),
+    "deep_gemm_indices": lambda p: deep_gemm.fp8_fp4_paged_mqa_logits(
+        (varlen_scoring(p)[0], None), p["cache"].view(-1, ref.PAGE, 1, D + 4), p["weights"],
+        p["lens"].reshape(-1), p["table"],
+        deep_gemm.get_paged_mqa_logits_metadata(p["lens"].reshape(-1), 64, 3,
+                                                indices=varlen_indices(p)),
+        p["max_len"], clean_logits=True, indices=varlen_indices(p)),
     # The page size, and the top-k's ragged options.
     "store_index_keys_page_size": lambda p: dsa.store_index_keys(
         p["keys"], p["slots"], torch.zeros(4, ref.page_bytes(D, 32), dtype=torch.uint8),
@@ -339,6 +374,27 @@ def test_execution_keywords_reach_the_library(monkeypatch, backend):
         assert seen and all(execution == given for execution in seen)
 
 
+@pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
+                    reason="Inductor's CPU code generation needs a C++ compiler")
+@pytest.mark.parametrize("with_workspace", [False, True])
+def test_inductor_lowers_the_operators(with_workspace):
+    """Inductor (torch.compile's default backend) compiles a decode step and a prefill
+    call made of the operators, with and without a caller's workspace, to the eager
+    result."""
+    p = problem()
+    extra = dict(workspace=torch.zeros(1024, dtype=torch.uint8)) if with_workspace else {}
+
+    def step(p):
+        logits = dsa.paged_mqa_logits(*scoring(p), clean_logits=True, **extra)
+        prefill = dsa.mqa_logits(*prefill_args(p), clean_logits=True, **extra)
+        return logits, dsa.topk(logits, p["lens"].reshape(-1), 8, sorted=True, **extra), prefill
+
+    expected = step(fresh(p))
+    got = torch.compile(step, fullgraph=True)(fresh(p))
+    for a, b in zip(got, expected):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("name", OPERATIONS)
 def test_workspace_reaches_the_library(name, backend):
     p = problem()
@@ -383,7 +439,8 @@ def test_operators_take_every_argument_of_their_function(name):
     defaults = {argument.name: argument.default_value
                 for argument in packet.default._schema.arguments if argument.has_default_value()}
     for parameter in public:
-        if parameter.default is not parameter.empty and parameter.name != "out":
+        # out and workspace select overloads (they are not arguments of the default one).
+        if parameter.default is not parameter.empty and parameter.name not in ("out", "workspace"):
             assert defaults[parameter.name] == parameter.default, parameter.name
 
 
@@ -400,7 +457,7 @@ def test_operators_pass_opcheck():
     workspace = torch.zeros(64, dtype=torch.uint8)
     ops_ = torch.ops.dsa_indexer
     calls = [
-        (ops_.store_index_keys.default, (p["keys"], p["slots"], p["cache"]),
+        (ops_.store_index_keys.workspace, (p["keys"], p["slots"], p["cache"]),
          dict(power_of_two_scales=True, workspace=workspace)),
         (ops_.context_lens.default, (p["prefix"], 3), dict(convention="legacy")),
         (ops_.context_lens.out, (p["prefix"], 3),
@@ -409,11 +466,11 @@ def test_operators_pass_opcheck():
         (ops_.plan_schedule.default, (lens,), dict(num_threads=2)),
         (ops_.plan_schedule.out, (lens,), dict(output=torch.empty(3, 2, dtype=torch.int32),
                                                num_workers=2)),
-        (ops_.paged_mqa_logits.default, (q,) + scoring(p)[1:],
+        (ops_.paged_mqa_logits.workspace, (q,) + scoring(p)[1:],
          dict(clean_logits=True, out_dtype="bfloat16", workspace=workspace)),
         (ops_.paged_mqa_logits.out, (q,) + scoring(p)[1:],
          dict(output=torch.empty(6, p["max_len"]), clean_logits=True)),
-        (ops_.mqa_logits.default, prefill_bytes,
+        (ops_.mqa_logits.workspace, prefill_bytes,
          dict(clean_logits=True, out_dtype="bfloat16", workspace=workspace)),
         (ops_.mqa_logits.default, prefill_bytes,
          dict(compressed=True, max_seqlen_k=p["pwidth"], clean_logits=True)),

@@ -29,8 +29,17 @@ pair (q, None).
                   any num_sms (engines plan for part of the device, e.g. num_sms // 2)
   logits_dtype    torch.float32 (the default) or torch.bfloat16, or their names
                   "float32" / "bfloat16" (NumPy arrays have no bfloat16)
-  indices         varlen rows (a request per row) are not supported yet: pass None
-  returns         [B * next_n, max_context_len] logits of logits_dtype
+  indices         requests of uneven row counts (adaptive speculation, prefill chunks):
+                  int32 [T], the request of each row, the rows of a request contiguous
+                  and the requests in increasing order, as engines lay them out
+                  (unsorted indices are the caller's error: rows may then be scored
+                  against another request's pages; an index outside [0, B) is reported
+                  as a request_offsets error). Then q is [T, 1, H, D], weights [T, H],
+                  context_lens int32 [T] (row r sees positions < context_lens[r]),
+                  block_table [B, max_blocks] with every index < B, and the metadata
+                  must be planned with the same indices
+  returns         [B * next_n, max_context_len] (with indices [T, max_context_len])
+                  logits of logits_dtype
 
 Prefill scoring over a contiguous key run (dsa_indexer.mqa_logits):
 
@@ -75,11 +84,14 @@ def _is_legacy(context_lens):
     return context_lens.ndim == 1
 
 
-def _refuse_indices(op, indices):
-    if indices is not None:
-        raise NotImplementedError(
-            f"{op}: indices: varlen rows (a request index per row) are not supported yet; "
-            f"pass indices=None and context_lens [B, next_n]")
+def _check_indices(op, indices, q=None):
+    """indices is 1-D; with q, q is [T, 1, H, D] for its T rows."""
+    if len(indices.shape) != 1:
+        raise ValueError(f"{op}: indices: expected int32 [T] (the request of each row), got "
+                         f"shape {tuple(indices.shape)}")
+    if q is not None and (len(q.shape) != 4 or q.shape[1] != 1 or q.shape[0] != indices.shape[0]):
+        raise ValueError(f"{op}: q: with indices, expected [T, 1, H, D] with T = "
+                         f"{indices.shape[0]} rows, got shape {tuple(q.shape)}")
 
 
 def _logits_dtype_name(op, logits_dtype):
@@ -105,12 +117,19 @@ def get_num_sms():
 
 
 def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms, indices=None):
-    """The schedule int32 [num_sms + 1, 2] for these lengths (1-D or 2-D), on their device."""
+    """The schedule int32 [num_sms + 1, 2] for these lengths (1-D or 2-D; with indices the
+    rows' lengths [T]), on their device."""
     op = "get_paged_mqa_logits_metadata"
     if block_kv not in ops.PAGE_SIZES:
         raise ValueError(f"{op}: block_kv: must be one of {ops.PAGE_SIZES} (the tokens per "
                          f"block of kv_cache), got {block_kv!r}")
-    _refuse_indices(op, indices)
+    if indices is not None:
+        _check_indices(op, indices)
+        # The schedule depends only on which consecutive rows share a request, so the
+        # requests are renumbered densely: the batch (block_table's rows) is not known here.
+        rows = indices.shape[0]
+        offsets = fw.request_offsets(fw.dense_request_ids(indices), rows)
+        return ops.plan_schedule(context_lens, num_sms, "auto", request_offsets=offsets)
     if _is_legacy(context_lens):
         # The native schedule depends only on each request's longest row, which for
         # legacy lengths is len_b itself, so it is planned without knowing next_n.
@@ -119,9 +138,15 @@ def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms, indices=None)
 
 
 def _paged_mqa_logits(op, q, kv_cache, weights, context_lens, block_table, schedule_meta,
-                      max_context_len, clean_logits, logits_dtype, q_block_scales=None):
+                      max_context_len, clean_logits, logits_dtype, q_block_scales=None,
+                      indices=None):
     out_dtype = _logits_dtype_name(op, logits_dtype)
-    if _is_legacy(context_lens):
+    offsets = None
+    if indices is not None:
+        _check_indices(op, indices, q)
+        lens, path = context_lens, "auto"
+        offsets = fw.request_offsets(indices, block_table.shape[0])
+    elif _is_legacy(context_lens):
         lens = ops.legacy_context_lens(context_lens, q.shape[1])
         path = "native"  # what get_paged_mqa_logits_metadata planned for 1-D lengths
     else:
@@ -129,7 +154,8 @@ def _paged_mqa_logits(op, q, kv_cache, weights, context_lens, block_table, sched
         path = "auto"
     return ops.paged_mqa_logits(q, kv_cache, weights, lens, block_table, max_context_len,
                                 schedule_meta, clean_logits=bool(clean_logits), path=path,
-                                q_block_scales=q_block_scales, out_dtype=out_dtype)
+                                q_block_scales=q_block_scales, request_offsets=offsets,
+                                out_dtype=out_dtype)
 
 
 def _fp4_codes(op, arg, codes, shape):
@@ -167,10 +193,9 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, sc
     (q_fp4, q_sf) (see the module docstring)."""
     op = "fp8_fp4_paged_mqa_logits"
     q_values, q_sf = _query_pair(op, q, "[B, next_n, H, 64]")
-    _refuse_indices(op, indices)
     return _paged_mqa_logits(op, q_values, kv_cache, weights, context_lens, block_table,
                              schedule_meta, max_context_len, clean_logits, logits_dtype,
-                             q_block_scales=q_sf)
+                             q_block_scales=q_sf, indices=indices)
 
 
 def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta,
