@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   const int thread = static_cast<int>(threadIdx.x);
 
   const UnitRows rows = unit_rows(p, blockIdx.x);
-  const std::int64_t first_row = rows.request * p.next_n + rows.first_draft;
+  const std::int64_t first_row = rows.first_row;
   const SampleMap map =
       sample_map(pages_for_length(read_length<kRows>(p, rows), kStageTokens));
   if (blockIdx.y == 0 && thread < kRows) out.maps[first_row + thread] = map;
@@ -114,8 +114,8 @@ __global__ void __launch_bounds__(kSampleThreads)
     ptx::mbarrier_init(query_full, 1);
     ptx::fence_barrier_init();
     ptx::mbarrier_arrive_expect_tx(query_full, Layout::kQueryBytes);
-    ptx::tensor_copy_4d(smem + Layout::queries, &query_map, 0, 0, static_cast<int>(rows.first_draft),
-                        static_cast<int>(rows.request), query_full);
+    const QueryCoordinates at = query_coordinates(p, rows);
+    ptx::tensor_copy_4d(smem + Layout::queries, &query_map, 0, 0, at.c2, at.c3, query_full);
   }
   for (int i = thread; i < kRows * kHeads; i += kSampleThreads) {
     weights[i] = __ldg(p.weights + (first_row + i / kHeads) * p.weights_stride_row + i % kHeads);

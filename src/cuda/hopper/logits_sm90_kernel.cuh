@@ -41,6 +41,7 @@
 #include "cuda/fused/candidate_lists.hpp"
 #include "cuda/fused/candidate_select.cuh"
 #include "cuda/hopper/ptx.cuh"
+#include "cuda/request_offsets_check.cuh"
 #include "cuda/schedule_check.cuh"
 #include "cuda/warp_scan.cuh"
 
@@ -112,6 +113,7 @@ struct LogitsKernelParams {
   const float* weights = nullptr;
   std::int64_t weights_stride_row = 0;
   LengthsRef lens;
+  RequestRows varlen;  // requests of uneven row counts (batch = T, next_n = 1), or none
   const std::int32_t* block_table = nullptr;
   std::int64_t block_table_stride = 0;
   std::int64_t max_blocks = 0;
@@ -237,14 +239,34 @@ struct SharedLayout {
   __device__ static std::uint64_t* logits_ready(unsigned char* smem) { return query_full(smem) + 4; }
 };
 
-// The request and first draft row a schedule unit stands for.
+// The rows a schedule unit stands for: `count` (at most the kernel's kRows)
+// consecutive logits rows from first_row, all of block-table row `request`.
 struct UnitRows {
   std::int64_t request;
-  std::int64_t first_draft;
+  std::int64_t first_row;
+  int count;
 };
+__device__ __forceinline__ UnitRows unit_rows(const UnitSpan& span) {
+  return {span.request, span.first_row, static_cast<int>(span.rows)};
+}
 __device__ __forceinline__ UnitRows unit_rows(const LogitsKernelParams& p, std::int64_t unit) {
-  if (p.path == LogitsPath::per_token) return {unit / p.next_n, unit % p.next_n};
-  return {unit, 0};
+  return unit_rows(unit_containing(unit_layout(p), unit));
+}
+// The length of the unit's row j < count.
+__device__ __forceinline__ std::int32_t unit_row_length(const LogitsKernelParams& p, const UnitRows& rows,
+                                                        int j) {
+  const std::int64_t row = rows.first_row + j;
+  return row_length(p.lens, row / p.next_n, row % p.next_n);
+}
+// The query map's coordinates (dimensions 2 and 3) of the unit's first row:
+// (draft, request) of the [B][next_n] rows, or (row, 0) of the [T] rows of
+// uneven requests.
+struct QueryCoordinates {
+  int c2, c3;
+};
+__device__ __forceinline__ QueryCoordinates query_coordinates(const LogitsKernelParams& p, const UnitRows& rows) {
+  if (p.varlen.offsets != nullptr) return {static_cast<int>(rows.first_row), 0};
+  return {static_cast<int>(rows.first_row % p.next_n), static_cast<int>(rows.first_row / p.next_n)};
 }
 
 // The device error a row length causes, or kNoDeviceError.
@@ -258,8 +280,8 @@ template <int kRows>
 __device__ __forceinline__ std::int32_t read_length(const LogitsKernelParams& p,
                                                     const UnitRows& rows) {
   std::int32_t longest = 0;
-  for (int j = 0; j < kRows; ++j) {
-    const std::int32_t length = row_length(p.lens, rows.request, rows.first_draft + j);
+  for (int j = 0; j < kRows && j < rows.count; ++j) {
+    const std::int32_t length = unit_row_length(p, rows, j);
     if (length_violation(p, length) == kNoDeviceError && length > longest) longest = length;
   }
   return longest;
@@ -311,14 +333,13 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
   const int lane = threadIdx.x % 32;
   const bool leader = ptx::elect_one();
   const bool loads_queries = producer == 0;
-  const std::int64_t units = schedule_units(p.batch, p.next_n, p.path);
 
   int sequence = 0;         // stages pushed so far by all producers
   int generation = -1;      // query loads so far - 1
   int generation_pages = 0; // pages pushed against the current query load
   int chunk_ordinal = 0;    // chunks with pages walked so far
   std::int64_t current_unit = -1;
-  UnitRows rows{0, 0};
+  UnitRows rows{0, 0, 0};
   std::int32_t lane_length = -1;  // lane j < kRows: row j's length, -1 when invalid
   std::int64_t read_stages = 0;  // stages spanned by the unit's longest row
   std::int64_t read_blocks = 0;  // and its block-table entries (pages of P tokens)
@@ -339,8 +360,7 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
       const unsigned refused = ~read & ((1u << page_count) - 1);
       const int refused_begin = refused == 0 ? 0 : (__ffs(refused) - 1) * p.page_tokens;
       const int refused_end = refused == 0 ? 0 : (32 - __clz(refused)) * p.page_tokens;
-      stage_info[slot] = StageInfo{rows.request * p.next_n + rows.first_draft, first_position, generation,
-                                   kind, refused_begin, refused_end};
+      stage_info[slot] = StageInfo{rows.first_row, first_position, generation, kind, refused_begin, refused_end};
       if (kind == kStagePage) {
         const int key_bytes = p.page_tokens * kHeadDim;
         const int scale_bytes = p.page_tokens * 4;
@@ -379,17 +399,16 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
     ptx::mbarrier_wait(&query_empty[slot], ((generation >> 1) & 1) ^ 1);
     if (leader) {
       ptx::mbarrier_expect_tx(&query_full[slot], Layout::kQueryBytes);
-      ptx::tensor_copy_4d(Layout::query_slot(smem, slot), query_map, 0, 0,
-                          static_cast<int>(rows.first_draft), static_cast<int>(rows.request),
-                          &query_full[slot]);
+      const QueryCoordinates at = query_coordinates(p, rows);
+      ptx::tensor_copy_4d(Layout::query_slot(smem, slot), query_map, 0, 0, at.c2, at.c3, &query_full[slot]);
       ptx::store_release_cta(issued_generation, generation);
     }
-    const std::int64_t first_row = rows.request * p.next_n + rows.first_draft;
+    const std::int64_t first_row = rows.first_row;
     float weights[kWeightsPerLane];
 #pragma unroll
     for (int i = 0; i < kWeightsPerLane; ++i) {
       const int index = lane + 32 * i;
-      weights[i] = index < kRows * kHeads
+      weights[i] = index < rows.count * kHeads
                        ? __ldg(p.weights + (first_row + index / kHeads) * p.weights_stride_row +
                                index % kHeads)
                        : 0.0f;
@@ -415,15 +434,14 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
                        : -1;
   };
 
-  for_each_item(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, units, p.lens, p.next_n,
-                p.path, [&](std::int64_t unit, std::int64_t chunk, std::int64_t) {
-                  if (unit != current_unit) {
-                    current_unit = unit;
-                    rows = unit_rows(p, unit);
+  for_each_unit_item(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, unit_layout(p),
+                     [&](const UnitSpan& span, std::int64_t chunk, std::int64_t) {
+                  if (span.unit != current_unit) {
+                    current_unit = span.unit;
+                    rows = unit_rows(span);
                     lane_length = -1;
-                    if (lane < kRows) {
-                      const std::int32_t length =
-                          row_length(p.lens, rows.request, rows.first_draft + lane);
+                    if (lane < kRows && lane < rows.count) {
+                      const std::int32_t length = unit_row_length(p, rows, lane);
                       if (length_violation(p, length) == kNoDeviceError) lane_length = length;
                     }
                     const unsigned longest =
@@ -494,15 +512,19 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
 template <int kRows, bool kStores>
 __device__ __forceinline__ void fill_uncovered(const LogitsKernelParams& p) {
   const int thread = static_cast<int>(threadIdx.x) - 32 * kProducerWarps;
-  const std::int64_t units = schedule_units(p.batch, p.next_n, p.path);
-  if (thread == 0) check_schedule_share(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, units, p.error);
-  for (std::int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
-    const UnitRows rows = unit_rows(p, unit);
+  const UnitLayout layout = unit_layout(p);
+  if (thread == 0) {
+    check_schedule_share(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, layout.units, p.error);
+  }
+  for (std::int64_t unit = blockIdx.x; unit < layout.units; unit += gridDim.x) {
+    const UnitSpan span = unit_containing(layout, unit);
+    if (span.unit != unit) continue;  // a later row of a row tile: its first row's CTA fills it
+    const UnitRows rows = unit_rows(span);
     const std::int64_t read = read_length<kRows>(p, rows);
     const std::int64_t covered_pages_end = pages_for_length(read, kStageTokens) * kStageTokens;
-    for (int j = 0; j < kRows; ++j) {
-      const std::int64_t row = rows.request * p.next_n + rows.first_draft + j;
-      const std::int32_t length = row_length(p.lens, rows.request, rows.first_draft + j);
+    for (int j = 0; j < kRows && j < rows.count; ++j) {
+      const std::int64_t row = rows.first_row + j;
+      const std::int32_t length = unit_row_length(p, rows, j);
       const std::int32_t violation = length_violation(p, length);
       if (violation != kNoDeviceError && thread == 0) {
         report_device_error(p.error, violation, row, length,
@@ -807,6 +829,11 @@ __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThread
   using Layout = SharedLayout<kRows, kHeads, kSelect>;
   constexpr int kStages = Layout::kStages;
   if (p.run_if != nullptr && *p.run_if == 0) return;
+  // Broken request_offsets: recorded, and no row is scored (rows NaN).
+  if (p.varlen.offsets != nullptr && !request_offsets_hold(p.varlen, p.batch * p.next_n, p.error)) {
+    if constexpr (!kSelect) fill_share_with_nan(p, p.batch * p.next_n);
+    return;
+  }
   extern __shared__ unsigned char shared_raw[];
   // Swizzled tensor copies and wgmma descriptors need 1024-byte alignment.
   unsigned char* smem =
