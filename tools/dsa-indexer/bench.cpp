@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,7 +61,14 @@ std::vector<GridPoint> grid_points(GridSize size) {
   return points;
 }
 
-struct PointResult {
+// Problems met while measuring, "; "-separated; empty when every check passed.
+struct Problems {
+  std::string problems;
+
+  void note(const std::string& problem) { problems += (problems.empty() ? "" : "; ") + problem; }
+};
+
+struct PointResult : Problems {
   GridPoint point{};
   Traffic traffic;
   double native_s = kNotMeasured;
@@ -81,9 +89,7 @@ struct PointResult {
   double topk_floor_s = kNotMeasured;  // one read of the valid logits
   double path_difference = 0;          // native vs per-token, relative to the row rms
   int rotation = 1;
-  std::string problems;  // empty when every check passed
 
-  void note(const std::string& problem) { problems += (problems.empty() ? "" : "; ") + problem; }
   // The step's calls timed one by one, added up.
   double step_parts_s() const { return lengths_s + plan_s + native_s + topk_slots_s; }
 };
@@ -91,7 +97,7 @@ struct PointResult {
 // Times `launch`; an `unsupported` backend leaves the time unmeasured, any
 // other error is noted on the result.
 double timed_or_note(const Bench& bench, const char* what, const std::function<dsa::Status(int)>& launch,
-                     PointResult* result, double* host_seconds = nullptr) {
+                     Problems* result, double* host_seconds = nullptr) {
   double seconds = kNotMeasured;
   const dsa::Status status = bench.time(launch, &seconds, host_seconds);
   if (status.code() == dsa::ErrorCode::unsupported) return kNotMeasured;
@@ -100,6 +106,12 @@ double timed_or_note(const Bench& bench, const char* what, const std::function<d
     return kNotMeasured;
   }
   return seconds;
+}
+
+// A logits call's floor: its bytes at copy bandwidth or its FLOPs at the
+// fp8 matrix rate, whichever takes longer.
+double logits_floor(const Bench& bench, const Traffic& traffic) {
+  return std::max(traffic.native_bytes / bench.copy_bandwidth, traffic.flops / bench.fp8_rate);
 }
 
 dsa::Status prepare_point(const Bench& bench, const WorkloadShape& shape, const WorkloadLayout& layout, int k,
@@ -163,9 +175,7 @@ void measure_step(const Bench& bench, const Pipeline& pipeline, const Rotation& 
   }, result);
 }
 
-PointResult measure_point(const Bench& bench, const GridPoint& point, const Options& options, std::uint64_t seed) {
-  PointResult result;
-  result.point = point;
+WorkloadShape grid_shape(const GridPoint& point, const Options& options, std::uint64_t seed) {
   WorkloadShape shape;
   shape.batch = point.batch;
   shape.avg_context = point.avg_context;
@@ -175,6 +185,13 @@ PointResult measure_point(const Bench& bench, const GridPoint& point, const Opti
   shape.seed = seed;
   shape.page_tokens = options.page_size;
   shape.key_format = options.key_format;
+  return shape;
+}
+
+PointResult measure_point(const Bench& bench, const GridPoint& point, const Options& options, std::uint64_t seed) {
+  PointResult result;
+  result.point = point;
+  const WorkloadShape shape = grid_shape(point, options, seed);
   const int k = options.k;
   const WorkloadLayout layout = make_layout(shape);
   result.traffic = traffic_of(shape, layout);
@@ -261,10 +278,201 @@ PointResult measure_point(const Bench& bench, const GridPoint& point, const Opti
     if (const dsa::Status status = dsa::read_device_error(ctx); !status.ok()) {
       result.note("device error: " + status.to_string());
     }
-    result.floor_s = std::max(result.traffic.native_bytes / bench.copy_bandwidth, result.traffic.flops / bench.fp8_rate);
+    result.floor_s = logits_floor(bench, result.traffic);
     result.topk_floor_s = result.traffic.logits_bytes / bench.copy_bandwidth;
   }
   return result;
+}
+
+// ---- requests of uneven row counts ------------------------------------------
+
+// The varlen line: decode requests of 1..kVarlenMaxRows rows (adaptive
+// speculation) around the grid's 32K contexts.
+constexpr std::int64_t kVarlenRequests = 128;
+constexpr std::int64_t kVarlenContext = 32768;
+constexpr int kVarlenMaxRows = 4;
+constexpr double kVarlenSpeedupTarget = 1.6;  // flattened time / varlen time, at least
+constexpr double kVarlenFixedTarget = 1.10;   // varlen time / fixed-next_n time, at most
+
+struct VarlenLine : Problems {
+  std::int64_t rows = 0;  // T, over kVarlenRequests requests
+  int fixed_next_n = 0;   // n of the fixed-next_n call: round(T / B)
+  Traffic traffic;        // of the varlen call
+  double varlen_s = kNotMeasured;
+  double flattened_s = kNotMeasured;
+  double fixed_s = kNotMeasured;
+  double floor_s = kNotMeasured;
+  int rotation = 1;
+};
+
+// Three native paged_mqa_logits calls over one cache: the T rows as requests
+// of uneven row counts (request_offsets); the same rows flattened into T
+// requests of one row each, every row with its request's block-table row (so
+// a request's keys are read once per row); and kVarlenRequests requests of
+// round(T / B) rows each, the fixed-next_n kernel at about the same rows.
+// The cache is laid out as a next_n = kVarlenMaxRows grid point, so every
+// request's rows (causal: prefix + t + 1) lie within its pages.
+VarlenLine measure_varlen(const Bench& bench, const Options& options) {
+  VarlenLine line;
+  const WorkloadShape shape = grid_shape({kVarlenRequests, kVarlenContext, kVarlenMaxRows}, options, options.seed);
+  const WorkloadLayout layout = make_layout(shape);
+  const std::int64_t batch = shape.batch;
+  const std::int64_t heads = shape.heads;
+  const std::int64_t dim = shape.head_dim;
+
+  const std::vector<std::int32_t> row_counts = varied_row_counts(batch, kVarlenMaxRows, options.seed);
+  std::vector<std::int32_t> offsets(static_cast<std::size_t>(batch) + 1, 0);
+  for (std::size_t b = 0; b < row_counts.size(); ++b) offsets[b + 1] = offsets[b] + row_counts[b];
+  const std::int64_t rows = offsets.back();
+  const std::int64_t fixed_n = std::clamp<std::int64_t>(
+      std::llround(static_cast<double>(rows) / static_cast<double>(batch)), 1, kVarlenMaxRows);
+  line.rows = rows;
+  line.fixed_next_n = static_cast<int>(fixed_n);
+  std::vector<std::int32_t> lengths(static_cast<std::size_t>(rows));
+  std::vector<std::int32_t> flat_table(static_cast<std::size_t>(rows * layout.max_blocks));
+  for (std::size_t b = 0; b < row_counts.size(); ++b) {
+    const auto table_row = layout.block_table.begin() + static_cast<std::ptrdiff_t>(b) * layout.max_blocks;
+    for (std::int32_t r = offsets[b]; r < offsets[b + 1]; ++r) {
+      lengths[static_cast<std::size_t>(r)] = layout.prefix_lens[b] + (r - offsets[b]) + 1;
+      std::copy(table_row, table_row + layout.max_blocks, flat_table.begin() + r * layout.max_blocks);
+    }
+  }
+  line.traffic = traffic_of_rows(shape, lengths, offsets);
+
+  Pipeline pipeline;
+  Buffer per_token_schedule, workspace;
+  dsa::ExecContext ctx;
+  if (auto s = prepare_point(bench, shape, layout, options.k, &pipeline, &per_token_schedule, &workspace, &ctx);
+      !s.ok()) {
+    line.note("setup: " + s.to_string());
+    return line;
+  }
+  Bench line_bench = bench;
+  line_bench.ctx = ctx;
+  const dsa::Device device = bench.target.device;
+  const std::int64_t schedule_rows = static_cast<std::int64_t>(pipeline.schedule.bytes() / (2 * sizeof(std::int32_t)));
+  const int workers = static_cast<int>(schedule_rows - 1);
+  Buffer offsets_memory, varlen_lens, fixed_lens, flat_table_memory, varlen_schedule, flat_schedule, fixed_schedule;
+  const auto setup = [&]() -> dsa::Status {
+    DSA_RETURN_IF_ERROR(Buffer::allocate(offsets.size() * sizeof(std::int32_t), device, &offsets_memory));
+    DSA_RETURN_IF_ERROR(offsets_memory.upload(offsets.data(), offsets_memory.bytes()));
+    DSA_RETURN_IF_ERROR(Buffer::allocate(flat_table.size() * sizeof(std::int32_t), device, &flat_table_memory));
+    DSA_RETURN_IF_ERROR(flat_table_memory.upload(flat_table.data(), flat_table_memory.bytes()));
+    DSA_RETURN_IF_ERROR(Buffer::allocate(static_cast<std::size_t>(rows) * sizeof(std::int32_t), device, &varlen_lens));
+    DSA_RETURN_IF_ERROR(
+        Buffer::allocate(static_cast<std::size_t>(batch * fixed_n) * sizeof(std::int32_t), device, &fixed_lens));
+    for (Buffer* schedule : {&varlen_schedule, &flat_schedule, &fixed_schedule}) {
+      DSA_RETURN_IF_ERROR(Buffer::allocate(pipeline.schedule.bytes(), device, schedule));
+    }
+    dsa::ExecContext checked = ctx;
+    checked.check_device_errors = true;
+    const dsa::TensorView prefix = pipeline.prefix_lens.view(dsa::DType::int32, {batch});
+    const dsa::TensorView offsets_view = offsets_memory.view(dsa::DType::int32, {batch + 1});
+    DSA_RETURN_IF_ERROR(
+        dsa::causal_context_lens(prefix, 1, varlen_lens.view(dsa::DType::int32, {rows}), checked, offsets_view));
+    DSA_RETURN_IF_ERROR(dsa::causal_context_lens(prefix, static_cast<int>(fixed_n),
+                                                 fixed_lens.view(dsa::DType::int32, {batch, fixed_n}), checked));
+    const auto plan = [&](const Buffer& lens, std::initializer_list<std::int64_t> lens_shape, const Buffer& schedule,
+                          const dsa::TensorView& request_offsets) {
+      return dsa::plan_schedule(lens.view(dsa::DType::int32, lens_shape), workers, dsa::LogitsPath::native,
+                                schedule.view(dsa::DType::int32, {schedule_rows, 2}), checked, request_offsets);
+    };
+    DSA_RETURN_IF_ERROR(plan(varlen_lens, {rows}, varlen_schedule, offsets_view));
+    DSA_RETURN_IF_ERROR(plan(varlen_lens, {rows, 1}, flat_schedule, {}));
+    return plan(fixed_lens, {batch, fixed_n}, fixed_schedule, {});
+  };
+  if (auto s = setup(); !s.ok()) {
+    line.note("setup: " + s.to_string());
+    return line;
+  }
+  Rotation caches;
+  if (auto s = caches.create(pipeline.cache, line_bench); !s.ok()) {
+    line.note("rotation: " + s.to_string());
+    return line;
+  }
+  line.rotation = caches.size();
+
+  // One call over `requests` x `per_request` rows of the queries, weights and
+  // logits; the data-dependent checks it recorded are read after timing it.
+  const auto time_logits = [&](const char* what, std::int64_t requests, std::int64_t per_request,
+                               const dsa::TensorView& lens, const dsa::TensorView& table, const Buffer& schedule,
+                               const dsa::TensorView& request_offsets) {
+    const std::int64_t call_rows = requests * per_request;
+    dsa::LogitsOptions logits_options;
+    logits_options.path = dsa::LogitsPath::native;
+    logits_options.page_size = shape.page_tokens;
+    logits_options.key_format = shape.key_format;
+    logits_options.request_offsets = request_offsets;
+    dsa::TensorView q;
+    if (shape.fp4()) {
+      q = pipeline.q_codes.view(dsa::DType::uint8, {requests, per_request, heads, dim / 2});
+      logits_options.q_block_scales = pipeline.q_scales.view(dsa::DType::int32, {requests, per_request, heads});
+    } else {
+      q = pipeline.q_codes.view(dsa::DType::float8_e4m3, {requests, per_request, heads, dim});
+    }
+    const dsa::TensorView weights = pipeline.weights.view(dsa::DType::float32, {call_rows, heads});
+    const dsa::TensorView logits = dsa::make_view(pipeline.logits.data(), dsa::DType::float32,
+                                                  {call_rows, pipeline.max_context_len()},
+                                                  {pipeline.logits_stride(), 1}, device);
+    const dsa::TensorView schedule_view = schedule.view(dsa::DType::int32, {schedule_rows, 2});
+    const double seconds = timed_or_note(line_bench, what, [&](int run) {
+      return dsa::paged_mqa_logits(q, pipeline.cache_view_of(caches.at(run)), weights, lens, table, schedule_view,
+                                   pipeline.max_context_len(), logits, logits_options, ctx);
+    }, &line);
+    if (auto s = dsa::read_device_error(ctx); !s.ok()) line.note(std::string(what) + " device error: " + s.to_string());
+    return seconds;
+  };
+  line.varlen_s = time_logits("varlen logits", rows, 1, varlen_lens.view(dsa::DType::int32, {rows}),
+                              pipeline.block_table_view(), varlen_schedule,
+                              offsets_memory.view(dsa::DType::int32, {batch + 1}));
+  line.flattened_s = time_logits("flattened logits", rows, 1, varlen_lens.view(dsa::DType::int32, {rows, 1}),
+                                 flat_table_memory.view(dsa::DType::int32, {rows, layout.max_blocks}), flat_schedule,
+                                 {});
+  line.fixed_s = time_logits("fixed-next_n logits", batch, fixed_n,
+                             fixed_lens.view(dsa::DType::int32, {batch, fixed_n}), pipeline.block_table_view(),
+                             fixed_schedule, {});
+  line.floor_s = logits_floor(bench, line.traffic);
+  return line;
+}
+
+Json varlen_json(const VarlenLine& line) {
+  Json entry = Json::object();
+  entry.set("requests", kVarlenRequests);
+  entry.set("avg_context", kVarlenContext);
+  entry.set("rows_per_request", format("uniform in 1..%d", kVarlenMaxRows));
+  entry.set("rows", line.rows);
+  entry.set("fixed_next_n", line.fixed_next_n);
+  entry.set("native_bytes", line.traffic.native_bytes);
+  entry.set("flops", line.traffic.flops);
+  entry.set("varlen_us", line.varlen_s * 1e6);
+  entry.set("flattened_us", line.flattened_s * 1e6);
+  entry.set("fixed_us", line.fixed_s * 1e6);
+  entry.set("floor_us", line.floor_s * 1e6);
+  entry.set("fraction_of_floor", line.floor_s / line.varlen_s);
+  entry.set("speedup_over_flattened", line.flattened_s / line.varlen_s);
+  entry.set("speedup_target", kVarlenSpeedupTarget);
+  entry.set("varlen_over_fixed", line.varlen_s / line.fixed_s);
+  entry.set("varlen_over_fixed_target", kVarlenFixedTarget);
+  entry.set("rotating_input_sets", line.rotation);
+  entry.set("ok", line.problems.empty());
+  if (!line.problems.empty()) entry.set("problems", line.problems);
+  return entry;
+}
+
+void print_varlen_line(std::FILE* out, const VarlenLine& line, int heads) {
+  std::fprintf(out, "\nrequests of uneven row counts: B=%lld, ctx %s +-30%%, 1..%d rows a request, H=%d, native path; "
+                    "flattened = one request per row (keys read once per row), fixed = B requests of n rows; "
+                    "floor of the varlen call (keys read once per request); targets: speedup >= %.1f, "
+                    "varlen/fixed <= %.2f\n",
+               static_cast<long long>(kVarlenRequests), context_label(kVarlenContext).c_str(), kVarlenMaxRows, heads,
+               kVarlenSpeedupTarget, kVarlenFixedTarget);
+  std::fprintf(out, "%5s | %9s %9s %7s | %12s %7s | %2s %8s %12s | %s\n", "T", "varlen us", "floor us", "floor/t",
+               "flattened us", "speedup", "n", "fixed us", "varlen/fixed", "check");
+  std::fprintf(out, "%5lld | %9s %9s %7s | %12s %7s | %2d %8s %12s | %s\n", static_cast<long long>(line.rows),
+               microseconds(line.varlen_s).c_str(), microseconds(line.floor_s).c_str(),
+               ratio(line.floor_s, line.varlen_s).c_str(), microseconds(line.flattened_s).c_str(),
+               ratio(line.flattened_s, line.varlen_s).c_str(), line.fixed_next_n, microseconds(line.fixed_s).c_str(),
+               ratio(line.varlen_s, line.fixed_s).c_str(), line.problems.empty() ? "ok" : line.problems.c_str());
 }
 
 struct TopkLine {
@@ -537,6 +745,16 @@ int gpu_bench(const Options& options, const Target& target, std::FILE* text, Jso
     grid.push(point_json(results.back()));
     all_ok = all_ok && results.back().problems.empty();
   }
+  // The varlen line goes with the decode grids (not the top-k lines alone).
+  std::optional<VarlenLine> varlen;
+  if (options.grid != GridSize::topk) {
+    std::fprintf(text, "  [varlen] B=%lld ctx=%s, 1..%d rows a request ...\n", static_cast<long long>(kVarlenRequests),
+                 context_label(kVarlenContext).c_str(), kVarlenMaxRows);
+    std::fflush(text);
+    varlen = measure_varlen(bench, options);
+    document->set("varlen", varlen_json(*varlen));
+    all_ok = all_ok && varlen->problems.empty();
+  }
 
   struct TopkCase {
     std::int64_t rows, length;
@@ -585,6 +803,7 @@ int gpu_bench(const Options& options, const Target& target, std::FILE* text, Jso
                  options.k);
     print_step_table(text, results);
   }
+  if (varlen) print_varlen_line(text, *varlen, options.heads);
   std::fprintf(text, "\ntop-k alone (k=%d; floor = one read of the logits at copy bandwidth):\n", options.k);
   std::fprintf(text, "%5s %9s %-13s | %9s %9s %7s %7s | %s\n", "T", "length", "values", "us", "floor us", "floor/t",
                "host us", "check");

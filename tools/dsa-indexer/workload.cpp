@@ -49,7 +49,14 @@ class Random {
   std::uint64_t state_;
 };
 
-enum Stream : std::uint64_t { lengths_stream = 1, pages_stream, keys_stream, queries_stream, gate_stream };
+enum Stream : std::uint64_t {
+  lengths_stream = 1,
+  pages_stream,
+  keys_stream,
+  queries_stream,
+  gate_stream,
+  row_counts_stream,
+};
 
 // Runs body(i) for i in [0, count) on the hardware threads.
 template <typename Body>
@@ -100,6 +107,13 @@ std::vector<std::int32_t> varied_lengths(std::int64_t count, std::int64_t averag
     length = static_cast<std::int32_t>(random.integer(std::max<std::int64_t>(low, 1), std::max<std::int64_t>(high, 1)));
   }
   return lengths;
+}
+
+std::vector<std::int32_t> varied_row_counts(std::int64_t count, int max_rows, std::uint64_t seed) {
+  Random random(seed, row_counts_stream, 0);
+  std::vector<std::int32_t> counts(static_cast<std::size_t>(count));
+  for (auto& rows : counts) rows = static_cast<std::int32_t>(random.integer(1, std::max(max_rows, 1)));
+  return counts;
 }
 
 std::int64_t max_cache_slots(const WorkloadShape& shape) {
@@ -200,15 +214,24 @@ HostInputs make_host_inputs(const WorkloadShape& shape, const WorkloadLayout& la
 }
 
 Traffic traffic_of(const WorkloadShape& shape, const WorkloadLayout& layout) {
+  std::vector<std::int32_t> offsets(static_cast<std::size_t>(shape.batch) + 1);
+  for (std::size_t b = 0; b < offsets.size(); ++b) offsets[b] = static_cast<std::int32_t>(b * shape.next_n);
+  return traffic_of_rows(shape, layout.context_lens, offsets);
+}
+
+Traffic traffic_of_rows(const WorkloadShape& shape, const std::vector<std::int32_t>& context_lens,
+                        const std::vector<std::int32_t>& request_offsets) {
   Traffic traffic;
   const auto token_bytes = static_cast<double>(shape.cache_layout().token_bytes());
-  for (std::int64_t b = 0; b < shape.batch; ++b) {
-    traffic.native_bytes += token_bytes * static_cast<double>(request_max_len(layout, b, shape.next_n));
-    for (int j = 0; j < shape.next_n; ++j) {
-      const double length = layout.context_lens[static_cast<std::size_t>(b * shape.next_n + j)];
+  for (std::size_t b = 0; b + 1 < request_offsets.size(); ++b) {
+    std::int32_t longest = 0;
+    for (std::int32_t r = request_offsets[b]; r < request_offsets[b + 1]; ++r) {
+      const std::int32_t length = context_lens[static_cast<std::size_t>(r)];
+      longest = std::max(longest, length);
       traffic.sum_lengths += length;
       traffic.per_token_bytes += token_bytes * length;
     }
+    traffic.native_bytes += token_bytes * longest;
   }
   traffic.logits_bytes = 4.0 * traffic.sum_lengths;
   traffic.native_bytes += traffic.logits_bytes;

@@ -51,6 +51,10 @@ struct WorkloadLayout {
 std::vector<std::int32_t> varied_lengths(std::int64_t count, std::int64_t average, double spread,
                                          std::uint64_t seed);
 
+// `count` row counts drawn uniformly from [1, max_rows] (requests of uneven
+// row counts), from the seed's stream of row counts.
+std::vector<std::int32_t> varied_row_counts(std::int64_t count, int max_rows, std::uint64_t seed);
+
 // Most cache slots make_layout can use for `shape`: every request's longest row
 // (at most the longest drawn length plus next_n) in whole pages.
 std::int64_t max_cache_slots(const WorkloadShape& shape);
@@ -88,5 +92,10 @@ struct Traffic {
   double logits_bytes = 0;       // 4 * sum L: one read (top-k) or write (logits)
 };
 Traffic traffic_of(const WorkloadShape& shape, const WorkloadLayout& layout);
+// The same counts for rows grouped by request_offsets (int32 [B + 1]): request
+// b owns rows [offsets[b], offsets[b + 1]) of `context_lens` and its keys are
+// read once (shape's batch and next_n take no part).
+Traffic traffic_of_rows(const WorkloadShape& shape, const std::vector<std::int32_t>& context_lens,
+                        const std::vector<std::int32_t>& request_offsets);
 
 }  // namespace dsa_cli
