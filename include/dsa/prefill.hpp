@@ -1,5 +1,12 @@
 // Prefill scoring: MQA logits of query tokens against a contiguous run of
 // keys, each row over its own key range (DeepGEMM's fp8_mqa_logits).
+//
+// The paged form — a prefill chunk's new tokens scored straight from the
+// paged key cache, without gathering the keys first — is paged_mqa_logits
+// with request_offsets (dsa/logits.hpp): the chunk's T new tokens are the
+// rows, row t of request b of length prefix_b + t + 1 (causal_context_lens
+// with request_offsets), each request's keys read once per tile of
+// kVarlenRowTile rows.
 #pragma once
 
 #include <cstddef>
