@@ -41,7 +41,6 @@
 #include "cuda/fused/candidate_lists.hpp"
 #include "cuda/fused/candidate_select.cuh"
 #include "cuda/hopper/ptx.cuh"
-#include "cuda/request_offsets_check.cuh"
 #include "cuda/schedule_check.cuh"
 #include "cuda/warp_scan.cuh"
 
@@ -113,7 +112,9 @@ struct LogitsKernelParams {
   const float* weights = nullptr;
   std::int64_t weights_stride_row = 0;
   LengthsRef lens;
-  RequestRows varlen;  // requests of uneven row counts (batch = T, next_n = 1), or none
+  // Requests of uneven row counts: none here (the dispatch sends them to the
+  // generic kernels); the unit walk it shares with them reads it.
+  RequestRows varlen;
   const std::int32_t* block_table = nullptr;
   std::int64_t block_table_stride = 0;
   std::int64_t max_blocks = 0;
@@ -259,13 +260,11 @@ __device__ __forceinline__ std::int32_t unit_row_length(const LogitsKernelParams
   return row_length(p.lens, row / p.next_n, row % p.next_n);
 }
 // The query map's coordinates (dimensions 2 and 3) of the unit's first row:
-// (draft, request) of the [B][next_n] rows, or (row, 0) of the [T] rows of
-// uneven requests.
+// (draft, request) of the [B][next_n] rows.
 struct QueryCoordinates {
   int c2, c3;
 };
 __device__ __forceinline__ QueryCoordinates query_coordinates(const LogitsKernelParams& p, const UnitRows& rows) {
-  if (p.varlen.offsets != nullptr) return {static_cast<int>(rows.first_row), 0};
   return {static_cast<int>(rows.first_row % p.next_n), static_cast<int>(rows.first_row / p.next_n)};
 }
 
@@ -829,11 +828,6 @@ __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThread
   using Layout = SharedLayout<kRows, kHeads, kSelect>;
   constexpr int kStages = Layout::kStages;
   if (p.run_if != nullptr && *p.run_if == 0) return;
-  // Broken request_offsets: recorded, and no row is scored (rows NaN).
-  if (p.varlen.offsets != nullptr && !request_offsets_hold(p.varlen, p.batch * p.next_n, p.error)) {
-    if constexpr (!kSelect) fill_share_with_nan(p, p.batch * p.next_n);
-    return;
-  }
   extern __shared__ unsigned char shared_raw[];
   // Swizzled tensor copies and wgmma descriptors need 1024-byte alignment.
   unsigned char* smem =
