@@ -101,14 +101,7 @@ std::vector<VarlenCase> varlen_cases() {
   add("lens_2d", VarlenSpec{.rows_per_request = random_rows(4, 1, 8, 9)}).lens_2d = true;
   add("seven_heads_d64", VarlenSpec{.rows_per_request = random_rows(4, 1, 8, 10), .heads = 7, .head_dim = 64});
   // Every case again on 32-token pages.
-  const std::size_t count = cases.size();
-  for (std::size_t i = 0; i < count; ++i) {
-    VarlenCase c = cases[i];
-    c.name = "p32_" + c.name;
-    c.spec.page_tokens = 32;
-    c.spec.seed += 1000;
-    cases.push_back(c);
-  }
+  repeat_on_32_token_pages(cases);
   return cases;
 }
 

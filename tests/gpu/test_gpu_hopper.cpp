@@ -210,12 +210,7 @@ std::vector<HopperCase> hopper_cases() {
     add("extreme_products_h" + std::to_string(heads), s);
   }
   // Every case again on 32-token pages: a stage holds two of them.
-  const std::size_t on_64_token_pages = cases.size();
-  for (std::size_t i = 0; i < on_64_token_pages; ++i) {
-    HopperCase c = cases[i];
-    c.spec.page_tokens = 32;
-    add("p32_" + c.name, c.spec, c.call);
-  }
+  repeat_on_32_token_pages(cases);
   return cases;
 }
 

@@ -106,14 +106,8 @@ std::vector<VarlenCase> varlen_cases() {
   add("bf16_unclean", VarlenSpec{.rows_per_request = {2, 7, 1, 12}, .causal = false}).dtype = DType::bfloat16;
   cases.back().clean = false;
   add("per_token", VarlenSpec{.rows_per_request = {3, 10, 1}, .causal = false}).path = LogitsPath::per_token;
-  const std::size_t count = cases.size();
-  for (std::size_t i = 0; i < count; ++i) {
-    VarlenCase c = cases[i];
-    c.name = "p32_" + c.name;
-    c.spec.page_tokens = 32;
-    c.spec.seed += 1000;
-    cases.push_back(c);
-  }
+  // Every case again on 32-token pages.
+  repeat_on_32_token_pages(cases);
   return cases;
 }
 

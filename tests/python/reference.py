@@ -131,20 +131,9 @@ def assert_logits_close(actual, expected, rtol=2e-4):
 def logits(q_codes, cache, head_dim, weights, lens_2d, block_table, max_context_len, page=PAGE):
     """float64 [B * next_n, max_context_len]; positions past each row's length are -inf."""
     keys, scales = split_cache(cache, head_dim, page)
-    q = e4m3_decode(q_codes)
-    batch, next_n = lens_2d.shape
-    out = np.full((batch * next_n, max_context_len), -np.inf)
-    for b in range(batch):
-        for j in range(next_n):
-            length = int(lens_2d[b, j])
-            pos = np.arange(length)
-            pages = block_table[b, pos // page]
-            k = keys[pages, pos % page]  # [L, D]
-            s = scales[pages, pos % page].astype(np.float64)
-            dots = q[b, j] @ k.T  # [H, L]
-            r = b * next_n + j
-            out[r, :length] = weights[r].astype(np.float64) @ np.maximum(0.0, dots * s)
-    return out
+    scaled = keys.astype(np.float64) * scales.astype(np.float64)[..., None]
+    return logits_of_values(e4m3_decode(q_codes), scaled, weights, lens_2d, block_table,
+                            max_context_len, page)
 
 
 def topk(values, lengths, k, row_starts=None):
