@@ -102,6 +102,15 @@ std::vector<HopperCase> hopper_cases() {
     add("many_requests_per_worker", s, call);
   }
   {
+    WorkloadSpec s = base;  // the widest unit (8 rows, 64 KiB of queries a slot), query slots reused often
+    s.batch = 24;
+    s.next_n = 8;
+    s.max_prefix = 3000;
+    CallShape call;
+    call.workers = 4;
+    add("n8_many_requests_per_worker", s, call);
+  }
+  {
     WorkloadSpec s = base;  // one request spread over many workers
     s.batch = 1;
     s.next_n = 4;
