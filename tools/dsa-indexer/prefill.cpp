@@ -38,24 +38,36 @@ dsa::Status upload(const std::vector<T>& values, dsa::Device device, Buffer* out
   return out->upload(values.data(), values.size() * sizeof(T));
 }
 
-// The fp8 inputs of mqa_logits, quantized on the host through the library
-// (quantize_queries and store_index_keys on the CPU backend) from the default
-// run's random bf16 queries, head gates and keys.
+// The inputs of mqa_logits, quantized on the host through the library
+// (quantize_queries or quantize_queries_fp4, and store_index_keys, on the CPU
+// backend) from the default run's random bf16 queries, head gates and keys:
+// fp8, or with fp4 (--key-format fp4) packed e2m1 codes and ue8m0 block-scale
+// words for both queries and keys.
 struct PrefillInputs {
-  std::vector<std::uint8_t> q;         // [S, H, D] fp8
-  std::vector<float> weights;          // [S, H], q scale folded in
-  std::vector<std::uint8_t> keys;      // [S_kv, D] fp8
-  std::vector<float> key_scales;       // [S_kv]
-  std::vector<std::int32_t> ks, ke;    // [S]
-  std::vector<std::int32_t> lengths;   // [S] ke - ks
+  dsa::KeyFormat format = dsa::KeyFormat::fp8_e4m3;
+  std::int64_t code_bytes = 0;               // bytes of one head or key: D (fp8) or D / 2 (fp4)
+  std::vector<std::uint8_t> q;               // [S, H, code_bytes]
+  std::vector<std::int32_t> q_block_scales;  // fp4: [S, H]
+  std::vector<float> weights;                // [S, H], the fp8 q scale folded in
+  std::vector<std::uint8_t> keys;            // [S_kv, code_bytes]
+  std::vector<std::uint32_t> key_scales;     // [S_kv]: fp32 scales (fp8) or scale words (fp4), as bits
+  std::vector<std::int32_t> ks, ke;          // [S]
+  std::vector<std::int32_t> lengths;         // [S] ke - ks
+
+  bool fp4() const { return format == dsa::KeyFormat::fp4_e2m1; }
+  dsa::DType code_dtype() const { return fp4() ? dsa::DType::uint8 : dsa::DType::float8_e4m3; }
+  dsa::DType key_scale_dtype() const { return fp4() ? dsa::DType::int32 : dsa::DType::float32; }
 };
 
 dsa::Status make_prefill_inputs(std::int64_t seq, std::int64_t prefix, int heads, std::uint64_t seed,
-                                PrefillInputs* out) {
+                                dsa::KeyFormat format, PrefillInputs* out) {
   const std::int64_t dim = kHeadDim;
   const std::int64_t kv = prefix + seq;
   dsa::ExecContext host;
   host.backend = dsa::Backend::cpu;
+  out->format = format;
+  const dsa::KeyCacheLayout cache_layout{static_cast<int>(dim), kStorePage, format};
+  out->code_bytes = cache_layout.code_bytes();
 
   WorkloadShape query_shape;
   query_shape.batch = seq;
@@ -63,17 +75,25 @@ dsa::Status make_prefill_inputs(std::int64_t seq, std::int64_t prefix, int heads
   query_shape.heads = heads;
   query_shape.seed = seed;
   HostInputs queries = make_host_queries(query_shape);
-  Buffer q, weights;
-  DSA_RETURN_IF_ERROR(Buffer::allocate(static_cast<std::size_t>(seq * heads * dim), {}, &q));
-  DSA_RETURN_IF_ERROR(Buffer::allocate(static_cast<std::size_t>(seq * heads) * sizeof(float), {}, &weights));
-  DSA_RETURN_IF_ERROR(in_stage(
-      "quantize_queries",
-      dsa::quantize_queries(dsa::make_view(queries.queries.data(), dsa::DType::bfloat16, {seq, 1, heads, dim}),
-                            dsa::make_view(queries.head_gate.data(), dsa::DType::bfloat16, {seq, heads}),
-                            q.view(dsa::DType::float8_e4m3, {seq, 1, heads, dim}),
-                            weights.view(dsa::DType::float32, {seq, heads}), {}, host)));
-  DSA_RETURN_IF_ERROR(download(q, &out->q));
-  DSA_RETURN_IF_ERROR(download(weights, &out->weights));
+  const std::int64_t code_bytes = out->code_bytes;
+  out->q.resize(static_cast<std::size_t>(seq * heads * code_bytes));
+  out->weights.resize(static_cast<std::size_t>(seq * heads));
+  const dsa::TensorView q_in = dsa::make_view(queries.queries.data(), dsa::DType::bfloat16, {seq, 1, heads, dim});
+  const dsa::TensorView gate = dsa::make_view(queries.head_gate.data(), dsa::DType::bfloat16, {seq, heads});
+  const dsa::TensorView weights_out = dsa::make_view(out->weights.data(), dsa::DType::float32, {seq, heads});
+  if (out->fp4()) {
+    out->q_block_scales.resize(static_cast<std::size_t>(seq * heads));
+    DSA_RETURN_IF_ERROR(in_stage(
+        "quantize_queries_fp4",
+        dsa::quantize_queries_fp4(q_in, gate, dsa::make_view(out->q.data(), dsa::DType::uint8, {seq, 1, heads, code_bytes}),
+                                  dsa::make_view(out->q_block_scales.data(), dsa::DType::int32, {seq, 1, heads}),
+                                  weights_out, {}, host)));
+  } else {
+    DSA_RETURN_IF_ERROR(in_stage(
+        "quantize_queries",
+        dsa::quantize_queries(q_in, gate, dsa::make_view(out->q.data(), dsa::DType::float8_e4m3, {seq, 1, heads, dim}),
+                              weights_out, {}, host)));
+  }
 
   // One request of S_kv tokens in slot order: its keys, stored into a host
   // cache and read back as contiguous fp8 rows and scales.
@@ -88,25 +108,27 @@ dsa::Status make_prefill_inputs(std::int64_t seq, std::int64_t prefix, int heads
   layout.slot_mapping.resize(static_cast<std::size_t>(kv));
   std::iota(layout.slot_mapping.begin(), layout.slot_mapping.end(), 0);
   HostInputs keys = make_host_inputs(key_shape, layout);
-  const dsa::KeyCacheLayout cache_layout{static_cast<int>(dim), kStorePage};
   const std::int64_t pages = (kv + kStorePage - 1) / kStorePage;
   Buffer cache;
   DSA_RETURN_IF_ERROR(Buffer::allocate(static_cast<std::size_t>(pages * cache_layout.min_page_bytes()), {}, &cache));
   dsa::StoreKeysOptions store;
   store.page_size = kStorePage;
+  store.key_format = format;
   DSA_RETURN_IF_ERROR(in_stage(
       "store_index_keys",
       dsa::store_index_keys(dsa::make_view(keys.keys.data(), dsa::DType::bfloat16, {kv, dim}),
                             dsa::make_view(layout.slot_mapping.data(), dsa::DType::int32, {kv}),
                             cache.view(dsa::DType::uint8, {pages, cache_layout.min_page_bytes()}), store, host)));
-  out->keys.resize(static_cast<std::size_t>(kv * dim));
+  out->keys.resize(static_cast<std::size_t>(kv * code_bytes));
   out->key_scales.resize(static_cast<std::size_t>(kv));
   const auto* bytes = static_cast<const std::uint8_t*>(cache.data());
   for (std::int64_t t = 0; t < kv; ++t) {
     const std::uint8_t* page = bytes + (t / kStorePage) * cache_layout.min_page_bytes();
     const int row = static_cast<int>(t % kStorePage);
-    std::memcpy(out->keys.data() + t * dim, page + cache_layout.key_offset(row), static_cast<std::size_t>(dim));
-    std::memcpy(&out->key_scales[static_cast<std::size_t>(t)], page + cache_layout.scale_offset(row), sizeof(float));
+    std::memcpy(out->keys.data() + t * code_bytes, page + cache_layout.key_offset(row),
+                static_cast<std::size_t>(code_bytes));
+    std::memcpy(&out->key_scales[static_cast<std::size_t>(t)], page + cache_layout.scale_offset(row),
+                sizeof(std::uint32_t));
   }
 
   // Causal ranges: row i (token P + i) sees keys [0, P + i + 1).
@@ -124,7 +146,7 @@ dsa::Status make_prefill_inputs(std::int64_t seq, std::int64_t prefix, int heads
 // (rows are independent).
 dsa::Status reference_logits(PrefillInputs& in, std::int64_t seq, int heads, std::int64_t width,
                              std::int64_t stride, const dsa::MqaLogitsOptions& options, std::vector<float>* logits) {
-  const std::int64_t dim = kHeadDim;
+  const std::int64_t code_bytes = in.code_bytes;
   const std::int64_t kv = static_cast<std::int64_t>(in.key_scales.size());
   logits->assign(static_cast<std::size_t>(seq * stride), 0.0f);
   dsa::ExecContext ctx;
@@ -132,14 +154,19 @@ dsa::Status reference_logits(PrefillInputs& in, std::int64_t seq, int heads, std
   ctx.reference_float64 = true;
   return run_in_slices(seq, [&](std::int64_t first, std::int64_t end) {
     const std::int64_t rows = end - first;
+    dsa::MqaLogitsOptions slice_options = options;
+    if (in.fp4()) {
+      slice_options.q_block_scales =
+          dsa::make_view(in.q_block_scales.data() + first * heads, dsa::DType::int32, {rows, heads});
+    }
     return dsa::mqa_logits(
-          dsa::make_view(in.q.data() + first * heads * dim, dsa::DType::float8_e4m3, {rows, heads, dim}),
-          dsa::make_view(in.keys.data(), dsa::DType::float8_e4m3, {kv, dim}),
-          dsa::make_view(in.key_scales.data(), dsa::DType::float32, {kv}),
+          dsa::make_view(in.q.data() + first * heads * code_bytes, in.code_dtype(), {rows, heads, code_bytes}),
+          dsa::make_view(in.keys.data(), in.code_dtype(), {kv, code_bytes}),
+          dsa::make_view(in.key_scales.data(), in.key_scale_dtype(), {kv}),
           dsa::make_view(in.weights.data() + first * heads, dsa::DType::float32, {rows, heads}),
           dsa::make_view(in.ks.data() + first, dsa::DType::int32, {rows}),
           dsa::make_view(in.ke.data() + first, dsa::DType::int32, {rows}),
-          dsa::make_view(logits->data() + first * stride, dsa::DType::float32, {rows, width}, {stride, 1}), options,
+          dsa::make_view(logits->data() + first * stride, dsa::DType::float32, {rows, width}, {stride, 1}), slice_options,
           ctx);
   });
 }
@@ -170,12 +197,13 @@ dsa::Status execute_prefill(const Options& options, std::FILE* text, Json* docum
   const std::int64_t stride = width;
 
   PrefillInputs in;
-  DSA_RETURN_IF_ERROR(make_prefill_inputs(seq, prefix, heads, options.seed, &in));
+  DSA_RETURN_IF_ERROR(make_prefill_inputs(seq, prefix, heads, options.seed, options.key_format, &in));
+  const std::int64_t code_bytes = in.code_bytes;
   double sum_lengths = 0;
   for (const std::int32_t length : in.lengths) sum_lengths += length;
   const double flops = 2.0 * heads * static_cast<double>(dim) * sum_lengths;
-  const double logits_bytes = static_cast<double>(kv) * static_cast<double>(dim + 4) +
-                              static_cast<double>(seq) * heads * (static_cast<double>(dim) + 4) + 8.0 * seq +
+  const double logits_bytes = static_cast<double>(kv) * static_cast<double>(code_bytes + 4) +
+                              static_cast<double>(seq) * heads * (static_cast<double>(code_bytes) + 4) + 8.0 * seq +
                               4.0 * static_cast<double>(seq) * static_cast<double>(width);
   const double topk_bytes = 4.0 * sum_lengths + 8.0 * seq + 4.0 * static_cast<double>(seq) * k;
 
@@ -186,8 +214,9 @@ dsa::Status execute_prefill(const Options& options, std::FILE* text, Json* docum
     DSA_RETURN_IF_ERROR(dsa::DeviceStream::create(device.index, &stream));
     ctx.stream = stream.handle();
   }
-  Buffer q, keys, key_scales, weights, ks, ke, lengths, logits, indices, workspace;
+  Buffer q, q_block_scales, keys, key_scales, weights, ks, ke, lengths, logits, indices, workspace;
   DSA_RETURN_IF_ERROR(upload(in.q, device, &q));
+  DSA_RETURN_IF_ERROR(upload(in.q_block_scales, device, &q_block_scales));
   DSA_RETURN_IF_ERROR(upload(in.keys, device, &keys));
   DSA_RETURN_IF_ERROR(upload(in.key_scales, device, &key_scales));
   DSA_RETURN_IF_ERROR(upload(in.weights, device, &weights));
@@ -207,9 +236,11 @@ dsa::Status execute_prefill(const Options& options, std::FILE* text, Json* docum
   logits_options.clean_logits = true;
   logits_options.compressed = compressed;
   logits_options.max_seqlen_k = compressed ? kv : 0;
-  const dsa::TensorView q_view = q.view(dsa::DType::float8_e4m3, {seq, heads, dim});
-  const dsa::TensorView keys_view = keys.view(dsa::DType::float8_e4m3, {kv, dim});
-  const dsa::TensorView scales_view = key_scales.view(dsa::DType::float32, {kv});
+  const dsa::TensorView q_view = q.view(in.code_dtype(), {seq, heads, code_bytes});
+  const dsa::TensorView keys_view = keys.view(in.code_dtype(), {kv, code_bytes});
+  const dsa::TensorView scales_view = key_scales.view(in.key_scale_dtype(), {kv});
+  dsa::MqaLogitsOptions device_logits_options = logits_options;
+  if (in.fp4()) device_logits_options.q_block_scales = q_block_scales.view(dsa::DType::int32, {seq, heads});
   const dsa::TensorView weights_view = weights.view(dsa::DType::float32, {seq, heads});
   const dsa::TensorView ks_view = ks.view(dsa::DType::int32, {seq});
   const dsa::TensorView ke_view = ke.view(dsa::DType::int32, {seq});
@@ -233,6 +264,7 @@ dsa::Status execute_prefill(const Options& options, std::FILE* text, Json* docum
   shape_json.set("seed", static_cast<std::int64_t>(options.seed));
   shape_json.set("ranges", "causal: ks = 0, ke = prefix + i + 1");
   shape_json.set("form", compressed ? "compressed" : "full");
+  shape_json.set("key_format", dsa::key_format_name(in.format));
   shape_json.set("clean_logits", true);
   shape_json.set("logits_columns", width);
 
@@ -240,15 +272,16 @@ dsa::Status execute_prefill(const Options& options, std::FILE* text, Json* docum
                dsa::backend_name(target.backend), device_text.c_str());
   std::fprintf(text,
                "workload: S=%lld new tokens over a prefix of P=%lld (S_kv=%lld) H=%d D=%lld k=%d; "
-               "causal ranges [0, P + i + 1); %s logits of %lld columns, clean\n",
+               "causal ranges [0, P + i + 1); %s queries and keys; %s logits of %lld columns, clean\n",
                static_cast<long long>(seq), static_cast<long long>(prefix), static_cast<long long>(kv), heads,
-               static_cast<long long>(dim), k, compressed ? "compressed" : "full", static_cast<long long>(width));
+               static_cast<long long>(dim), k, dsa::key_format_name(in.format), compressed ? "compressed" : "full",
+               static_cast<long long>(width));
 
   const std::vector<Stage> stages = {
       {"mqa_logits",
        [&](const dsa::ExecContext& c) {
          return dsa::mqa_logits(q_view, keys_view, scales_view, weights_view, ks_view, ke_view, logits_view,
-                                logits_options, c);
+                                device_logits_options, c);
        },
        logits_bytes, flops},
       {"topk",
