@@ -58,7 +58,6 @@ LogitsKernelParams kernel_params(const LogitsProblem& p, const ExecContext& ctx)
   k.weights = p.weights;
   k.weights_stride_row = p.weights_stride_row;
   k.lens = p.lens;
-  k.varlen = p.varlen;
   k.block_table = p.block_table;
   k.block_table_stride = p.block_table_stride;
   k.max_blocks = p.max_blocks;

@@ -112,9 +112,6 @@ struct LogitsKernelParams {
   const float* weights = nullptr;
   std::int64_t weights_stride_row = 0;
   LengthsRef lens;
-  // Requests of uneven row counts: none here (the dispatch sends them to the
-  // generic kernels); the unit walk it shares with them reads it.
-  RequestRows varlen;
   const std::int32_t* block_table = nullptr;
   std::int64_t block_table_stride = 0;
   std::int64_t max_blocks = 0;
@@ -240,20 +237,24 @@ struct SharedLayout {
   __device__ static std::uint64_t* logits_ready(unsigned char* smem) { return query_full(smem) + 4; }
 };
 
-// The rows a schedule unit stands for: `count` (at most the kernel's kRows)
-// consecutive logits rows from first_row, all of block-table row `request`.
+// How the schedule's units map to rows: a request's next_n draft rows, or
+// one row on the per-token path (requests of uneven row counts go to the
+// generic kernels).
+__device__ __forceinline__ UnitLayout unit_layout_of(const LogitsKernelParams& p) {
+  return fixed_layout(p.lens, p.next_n, p.path, schedule_units(p.batch, p.next_n, p.path));
+}
+
+// The rows a schedule unit stands for: kRows consecutive logits rows from
+// first_row, all of block-table row `request`.
 struct UnitRows {
   std::int64_t request;
   std::int64_t first_row;
-  int count;
 };
-__device__ __forceinline__ UnitRows unit_rows(const UnitSpan& span) {
-  return {span.request, span.first_row, static_cast<int>(span.rows)};
-}
+__device__ __forceinline__ UnitRows unit_rows(const UnitSpan& span) { return {span.request, span.first_row}; }
 __device__ __forceinline__ UnitRows unit_rows(const LogitsKernelParams& p, std::int64_t unit) {
-  return unit_rows(unit_containing(unit_layout(p), unit));
+  return unit_rows(unit_containing(unit_layout_of(p), unit));
 }
-// The length of the unit's row j < count.
+// The length of the unit's row j.
 __device__ __forceinline__ std::int32_t unit_row_length(const LogitsKernelParams& p, const UnitRows& rows,
                                                         int j) {
   const std::int64_t row = rows.first_row + j;
@@ -279,7 +280,7 @@ template <int kRows>
 __device__ __forceinline__ std::int32_t read_length(const LogitsKernelParams& p,
                                                     const UnitRows& rows) {
   std::int32_t longest = 0;
-  for (int j = 0; j < kRows && j < rows.count; ++j) {
+  for (int j = 0; j < kRows; ++j) {
     const std::int32_t length = unit_row_length(p, rows, j);
     if (length_violation(p, length) == kNoDeviceError && length > longest) longest = length;
   }
@@ -338,7 +339,7 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
   int generation_pages = 0; // pages pushed against the current query load
   int chunk_ordinal = 0;    // chunks with pages walked so far
   std::int64_t current_unit = -1;
-  UnitRows rows{0, 0, 0};
+  UnitRows rows{0, 0};
   std::int32_t lane_length = -1;  // lane j < kRows: row j's length, -1 when invalid
   std::int64_t read_stages = 0;  // stages spanned by the unit's longest row
   std::int64_t read_blocks = 0;  // and its block-table entries (pages of P tokens)
@@ -407,7 +408,7 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
 #pragma unroll
     for (int i = 0; i < kWeightsPerLane; ++i) {
       const int index = lane + 32 * i;
-      weights[i] = index < rows.count * kHeads
+      weights[i] = index < kRows * kHeads
                        ? __ldg(p.weights + (first_row + index / kHeads) * p.weights_stride_row +
                                index % kHeads)
                        : 0.0f;
@@ -433,13 +434,13 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
                        : -1;
   };
 
-  for_each_unit_item(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, unit_layout(p),
+  for_each_unit_item(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, unit_layout_of(p),
                      [&](const UnitSpan& span, std::int64_t chunk, std::int64_t) {
                   if (span.unit != current_unit) {
                     current_unit = span.unit;
                     rows = unit_rows(span);
                     lane_length = -1;
-                    if (lane < kRows && lane < rows.count) {
+                    if (lane < kRows) {
                       const std::int32_t length = unit_row_length(p, rows, lane);
                       if (length_violation(p, length) == kNoDeviceError) lane_length = length;
                     }
@@ -511,17 +512,15 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
 template <int kRows, bool kStores>
 __device__ __forceinline__ void fill_uncovered(const LogitsKernelParams& p) {
   const int thread = static_cast<int>(threadIdx.x) - 32 * kProducerWarps;
-  const UnitLayout layout = unit_layout(p);
+  const UnitLayout layout = unit_layout_of(p);
   if (thread == 0) {
     check_schedule_share(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, layout.units, p.error);
   }
   for (std::int64_t unit = blockIdx.x; unit < layout.units; unit += gridDim.x) {
-    const UnitSpan span = unit_containing(layout, unit);
-    if (span.unit != unit) continue;  // a later row of a row tile: its first row's CTA fills it
-    const UnitRows rows = unit_rows(span);
+    const UnitRows rows = unit_rows(p, unit);
     const std::int64_t read = read_length<kRows>(p, rows);
     const std::int64_t covered_pages_end = pages_for_length(read, kStageTokens) * kStageTokens;
-    for (int j = 0; j < kRows && j < rows.count; ++j) {
+    for (int j = 0; j < kRows; ++j) {
       const std::int64_t row = rows.first_row + j;
       const std::int32_t length = unit_row_length(p, rows, j);
       const std::int32_t violation = length_violation(p, length);
