@@ -66,8 +66,8 @@ bool hopper_candidate(Device device, const ExecContext& ctx) {
 
 // The page size takes no part (the Hopper kernels read both), so that
 // plan_schedule, which sees no cache, resolves `automatic` as the scoring
-// call does. Rows of uneven requests (request_offsets) run on the generic
-// kernels, which score row tiles natively.
+// call does. Rows of uneven requests (request_offsets) are scored natively,
+// in row tiles, by every backend.
 LogitsPath resolve_path(LogitsPath requested, std::int64_t next_n, std::int64_t heads, int head_dim,
                         Device device, const ExecContext& ctx, bool uneven = false) {
   if (requested != LogitsPath::automatic) return requested;
@@ -87,12 +87,6 @@ Status select_scoring_engine(const char* op, const detail::LogitsProblem& p, con
                              Engine* engine) {
   DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, engine));
   if (!is_cuda_engine(*engine)) return Status::success();
-  const bool uneven = p.varlen.offsets != nullptr;
-  if (ctx.backend == Backend::cuda_hopper && uneven) {
-    return {ErrorCode::unsupported,
-            std::string(op) + ": ctx.backend: cuda_hopper does not take request_offsets (requests of uneven "
-                              "row counts); use automatic or cuda_generic"};
-  }
   // The Hopper kernels read fp8 queries and keys only; fp4 goes to the generic kernels.
   const bool fp4 = p.fp4_keys() || p.fp4_queries();
   if (ctx.backend == Backend::cuda_hopper && fp4) {
@@ -102,7 +96,7 @@ Status select_scoring_engine(const char* op, const detail::LogitsProblem& p, con
                 "; use automatic or cuda_generic"};
   }
   const bool hopper_serves =
-      !uneven && hopper_candidate(p.device, ctx) && !fp4 &&
+      hopper_candidate(p.device, ctx) && !fp4 &&
       cuda::hopper_supports_native(p.rows_per_unit(), static_cast<int>(p.heads), p.head_dim);
   if (ctx.backend == Backend::cuda_hopper && !hopper_serves) {
     return {ErrorCode::unsupported,

@@ -90,11 +90,10 @@ struct LogitsOptions {
 // token of request b (causal_context_lens with request_offsets). The native
 // path reads a request's keys once per kVarlenRowTile rows (dsa/schedule.hpp).
 // The CPU backends check request_offsets on the host (invalid_argument
-// naming request_offsets). The generic CUDA kernels check it on the device:
-// entries that are not non-decreasing from 0 to T are recorded and every row
-// is filled with NaN over [0, max_context_len); nothing is read or written
-// out of bounds. The Hopper kernels do not take request_offsets
-// (cuda_hopper returns `unsupported`; `automatic` runs the generic kernels).
+// naming request_offsets). The CUDA kernels (generic and Hopper) check it on
+// the device: entries that are not non-decreasing from 0 to T are recorded
+// and every row is filled with NaN over [0, max_context_len); nothing is read
+// or written out of bounds.
 Status paged_mqa_logits(const TensorView& q, const TensorView& key_cache, const TensorView& weights,
                         const TensorView& context_lens, const TensorView& block_table,
                         const TensorView& schedule, std::int64_t max_context_len,

@@ -37,6 +37,7 @@
 #include "cuda/device_error.cuh"
 #include "cuda/launch_utils.hpp"
 #include "cuda/logits_generic.hpp"
+#include "cuda/request_offsets_check.cuh"
 #include "cuda/schedule_check.cuh"
 
 namespace dsa::detail::cuda {
@@ -384,30 +385,6 @@ __device__ void score_item(const LogitsProblem& p, const SharedLayout& layout, c
   }
 }
 
-// Whether request_offsets runs non-decreasing from 0 to the number of rows
-// (request_offsets_violation), checked by the whole block; the violations
-// found are recorded. Every block checks, so all of them agree.
-__device__ bool request_offsets_hold(const LogitsProblem& p, DeviceErrorRecord* record) {
-  int broken = 0;
-  for (std::int64_t q = threadIdx.x; q <= p.varlen.requests; q += kThreads) {
-    if (request_offsets_violation(p.varlen, q, p.rows()) != OffsetsViolation::none) {
-      report_device_error(record, kBadRequestOffsets, q, p.varlen.offsets[q], p.rows());
-      broken = 1;
-    }
-  }
-  return __syncthreads_or(broken) == 0;
-}
-
-// The block's share of the rows (every num_workers-th) filled with NaN over
-// [0, max_context_len): what no row of broken request_offsets is scored into.
-__device__ void fill_share_with_nan(const LogitsProblem& p) {
-  for (std::int64_t row = blockIdx.x; row < p.rows(); row += p.num_workers) {
-    for (std::int64_t pos = threadIdx.x; pos < p.max_context_len; pos += kThreads) {
-      store_logit(p, row, pos, invalid_logit());
-    }
-  }
-}
-
 __global__ void __launch_bounds__(kThreads) generic_logits_kernel(LogitsProblem p, int head_tile,
                                                                   DeviceErrorRecord* record) {
   extern __shared__ __align__(16) unsigned char shared_bytes[];
@@ -417,8 +394,8 @@ __global__ void __launch_bounds__(kThreads) generic_logits_kernel(LogitsProblem 
   if (threadIdx.x == 0) {
     check_schedule_share(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, units.units, record);
   }
-  if (p.varlen.offsets != nullptr && !request_offsets_hold(p, record)) {
-    fill_share_with_nan(p);
+  if (p.varlen.offsets != nullptr && !request_offsets_hold(p.varlen, p.rows(), record)) {
+    fill_share_with_nan(p, p.rows());
     return;
   }
   for_each_unit_item(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, units,

@@ -516,9 +516,8 @@ def test_deep_gemm_indices(rng, page, rows):
     assert torch.equal(schedule, dsa.plan_schedule(t["lens"], 16, request_offsets=t["offsets"]))
     logits = varlen_compat_step(t, schedule)
     finite = np.isfinite(expected)
-    # The Hopper kernels' fp8 products accumulate with ~13 mantissa bits.
-    np.testing.assert_allclose(logits.cpu().numpy()[finite], expected[finite], rtol=2e-3,
-                               atol=2e-3 * max(1.0, float(np.abs(expected[finite]).max(initial=0))))
+    np.testing.assert_allclose(logits.cpu().numpy()[finite], expected[finite], rtol=2e-4,
+                               atol=2e-4 * max(1.0, float(np.abs(expected[finite]).max(initial=0))))
     assert torch.equal(torch.isneginf(logits).cpu(), torch.from_numpy(np.isneginf(expected)))
     # index_topk with request_offsets (logits then top-k on CUDA) is topk of these logits.
     indices = dsa.index_topk(t["q"], t["cache"], t["weights"], t["lens"], t["table"],

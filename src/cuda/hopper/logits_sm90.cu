@@ -30,17 +30,22 @@ Status encode_key_map(const CacheRef& cache, CUtensorMap* map) {
   return encode_swizzled_map("paged_mqa_logits", "key cache", cache.base, 3, dims, strides, box, map);
 }
 
-// Queries as [B][next_n][H][128 bytes]; a box is the `rows` draft rows of one
-// request, landing as (rows * H) swizzled 128-byte rows.
+// Queries as [B][next_n][H][128 bytes], or [1][T][H][128 bytes] for requests
+// of uneven row counts (query_coordinates in the kernel); a box is the `rows`
+// rows of one unit, landing as (rows * H) swizzled 128-byte rows (rows past
+// the unit's are loaded, or zero past the last, and never stored).
 Status encode_query_map(const LogitsProblem& p, int rows, CUtensorMap* map) {
+  const bool uneven = p.varlen.offsets != nullptr;
   const std::int64_t batch = p.batch > 0 ? p.batch : 1;
   const std::uint64_t dims[4] = {kHeadDim, static_cast<std::uint64_t>(p.heads),
-                                 static_cast<std::uint64_t>(p.next_n), static_cast<std::uint64_t>(batch)};
+                                 static_cast<std::uint64_t>(uneven ? batch : p.next_n),
+                                 static_cast<std::uint64_t>(uneven ? 1 : batch)};
   // Validation gives dimensions of extent 1 their packed strides, which satisfy
   // the encoder's range rules.
-  const std::uint64_t strides[3] = {static_cast<std::uint64_t>(p.q_stride_h),
-                                    static_cast<std::uint64_t>(p.q_stride_n),
-                                    static_cast<std::uint64_t>(p.q_stride_b)};
+  const std::uint64_t strides[3] = {
+      static_cast<std::uint64_t>(p.q_stride_h),
+      static_cast<std::uint64_t>(uneven ? p.q_stride_b : p.q_stride_n),
+      static_cast<std::uint64_t>(uneven ? p.q_stride_b * batch : p.q_stride_b)};
   const std::uint32_t box[4] = {kHeadDim, static_cast<std::uint32_t>(p.heads), static_cast<std::uint32_t>(rows), 1};
   return encode_swizzled_map("paged_mqa_logits", "query", p.q, 4, dims, strides, box, map);
 }
@@ -58,6 +63,7 @@ LogitsKernelParams kernel_params(const LogitsProblem& p, const ExecContext& ctx)
   k.weights = p.weights;
   k.weights_stride_row = p.weights_stride_row;
   k.lens = p.lens;
+  k.varlen = p.varlen;
   k.block_table = p.block_table;
   k.block_table_stride = p.block_table_stride;
   k.max_blocks = p.max_blocks;

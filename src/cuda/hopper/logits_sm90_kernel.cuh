@@ -41,6 +41,7 @@
 #include "cuda/fused/candidate_lists.hpp"
 #include "cuda/fused/candidate_select.cuh"
 #include "cuda/hopper/ptx.cuh"
+#include "cuda/request_offsets_check.cuh"
 #include "cuda/schedule_check.cuh"
 #include "cuda/warp_scan.cuh"
 
@@ -112,6 +113,7 @@ struct LogitsKernelParams {
   const float* weights = nullptr;
   std::int64_t weights_stride_row = 0;
   LengthsRef lens;
+  RequestRows varlen;  // requests of uneven row counts (batch = T, next_n = 1), or none
   const std::int32_t* block_table = nullptr;
   std::int64_t block_table_stride = 0;
   std::int64_t max_blocks = 0;
@@ -237,35 +239,33 @@ struct SharedLayout {
   __device__ static std::uint64_t* logits_ready(unsigned char* smem) { return query_full(smem) + 4; }
 };
 
-// How the schedule's units map to rows: a request's next_n draft rows, or
-// one row on the per-token path (requests of uneven row counts go to the
-// generic kernels).
-__device__ __forceinline__ UnitLayout unit_layout_of(const LogitsKernelParams& p) {
-  return fixed_layout(p.lens, p.next_n, p.path, schedule_units(p.batch, p.next_n, p.path));
-}
-
-// The rows a schedule unit stands for: kRows consecutive logits rows from
-// first_row, all of block-table row `request`.
+// The rows a schedule unit stands for: `count` (at most the kernel's kRows)
+// consecutive logits rows from first_row, all of block-table row `request`.
 struct UnitRows {
   std::int64_t request;
   std::int64_t first_row;
+  int count;
 };
-__device__ __forceinline__ UnitRows unit_rows(const UnitSpan& span) { return {span.request, span.first_row}; }
-__device__ __forceinline__ UnitRows unit_rows(const LogitsKernelParams& p, std::int64_t unit) {
-  return unit_rows(unit_containing(unit_layout_of(p), unit));
+__device__ __forceinline__ UnitRows unit_rows(const UnitSpan& span) {
+  return {span.request, span.first_row, static_cast<int>(span.rows)};
 }
-// The length of the unit's row j.
+__device__ __forceinline__ UnitRows unit_rows(const LogitsKernelParams& p, std::int64_t unit) {
+  return unit_rows(unit_containing(unit_layout(p), unit));
+}
+// The length of the unit's row j < count.
 __device__ __forceinline__ std::int32_t unit_row_length(const LogitsKernelParams& p, const UnitRows& rows,
                                                         int j) {
   const std::int64_t row = rows.first_row + j;
   return row_length(p.lens, row / p.next_n, row % p.next_n);
 }
 // The query map's coordinates (dimensions 2 and 3) of the unit's first row:
-// (draft, request) of the [B][next_n] rows.
+// (draft, request) of the [B][next_n] rows, or (row, 0) of the [T] rows of
+// uneven requests.
 struct QueryCoordinates {
   int c2, c3;
 };
 __device__ __forceinline__ QueryCoordinates query_coordinates(const LogitsKernelParams& p, const UnitRows& rows) {
+  if (p.varlen.offsets != nullptr) return {static_cast<int>(rows.first_row), 0};
   return {static_cast<int>(rows.first_row % p.next_n), static_cast<int>(rows.first_row / p.next_n)};
 }
 
@@ -280,7 +280,7 @@ template <int kRows>
 __device__ __forceinline__ std::int32_t read_length(const LogitsKernelParams& p,
                                                     const UnitRows& rows) {
   std::int32_t longest = 0;
-  for (int j = 0; j < kRows; ++j) {
+  for (int j = 0; j < kRows && j < rows.count; ++j) {
     const std::int32_t length = unit_row_length(p, rows, j);
     if (length_violation(p, length) == kNoDeviceError && length > longest) longest = length;
   }
@@ -339,7 +339,7 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
   int generation_pages = 0; // pages pushed against the current query load
   int chunk_ordinal = 0;    // chunks with pages walked so far
   std::int64_t current_unit = -1;
-  UnitRows rows{0, 0};
+  UnitRows rows{0, 0, 0};
   std::int32_t lane_length = -1;  // lane j < kRows: row j's length, -1 when invalid
   std::int64_t read_stages = 0;  // stages spanned by the unit's longest row
   std::int64_t read_blocks = 0;  // and its block-table entries (pages of P tokens)
@@ -408,7 +408,7 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
 #pragma unroll
     for (int i = 0; i < kWeightsPerLane; ++i) {
       const int index = lane + 32 * i;
-      weights[i] = index < kRows * kHeads
+      weights[i] = index < rows.count * kHeads
                        ? __ldg(p.weights + (first_row + index / kHeads) * p.weights_stride_row +
                                index % kHeads)
                        : 0.0f;
@@ -434,13 +434,13 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
                        : -1;
   };
 
-  for_each_unit_item(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, unit_layout_of(p),
+  for_each_unit_item(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, unit_layout(p),
                      [&](const UnitSpan& span, std::int64_t chunk, std::int64_t) {
                   if (span.unit != current_unit) {
                     current_unit = span.unit;
                     rows = unit_rows(span);
                     lane_length = -1;
-                    if (lane < kRows) {
+                    if (lane < kRows && lane < rows.count) {
                       const std::int32_t length = unit_row_length(p, rows, lane);
                       if (length_violation(p, length) == kNoDeviceError) lane_length = length;
                     }
@@ -512,15 +512,17 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
 template <int kRows, bool kStores>
 __device__ __forceinline__ void fill_uncovered(const LogitsKernelParams& p) {
   const int thread = static_cast<int>(threadIdx.x) - 32 * kProducerWarps;
-  const UnitLayout layout = unit_layout_of(p);
+  const UnitLayout layout = unit_layout(p);
   if (thread == 0) {
     check_schedule_share(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, layout.units, p.error);
   }
   for (std::int64_t unit = blockIdx.x; unit < layout.units; unit += gridDim.x) {
-    const UnitRows rows = unit_rows(p, unit);
+    const UnitSpan span = unit_containing(layout, unit);
+    if (span.unit != unit) continue;  // a later row of a row tile: its first row's CTA fills it
+    const UnitRows rows = unit_rows(span);
     const std::int64_t read = read_length<kRows>(p, rows);
     const std::int64_t covered_pages_end = pages_for_length(read, kStageTokens) * kStageTokens;
-    for (int j = 0; j < kRows; ++j) {
+    for (int j = 0; j < kRows && j < rows.count; ++j) {
       const std::int64_t row = rows.first_row + j;
       const std::int32_t length = unit_row_length(p, rows, j);
       const std::int32_t violation = length_violation(p, length);
@@ -827,6 +829,11 @@ __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThread
   using Layout = SharedLayout<kRows, kHeads, kSelect>;
   constexpr int kStages = Layout::kStages;
   if (p.run_if != nullptr && *p.run_if == 0) return;
+  // Broken request_offsets: recorded, and no row is scored (rows NaN).
+  if (p.varlen.offsets != nullptr && !request_offsets_hold(p.varlen, p.batch * p.next_n, p.error)) {
+    if constexpr (!kSelect) fill_share_with_nan(p, p.batch * p.next_n);
+    return;
+  }
   extern __shared__ unsigned char shared_raw[];
   // Swizzled tensor copies and wgmma descriptors need 1024-byte alignment.
   unsigned char* smem =
