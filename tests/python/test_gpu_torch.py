@@ -516,8 +516,9 @@ def test_deep_gemm_indices(rng, page, rows):
     assert torch.equal(schedule, dsa.plan_schedule(t["lens"], 16, request_offsets=t["offsets"]))
     logits = varlen_compat_step(t, schedule)
     finite = np.isfinite(expected)
-    np.testing.assert_allclose(logits.cpu().numpy()[finite], expected[finite], rtol=2e-4,
-                               atol=2e-4 * max(1.0, float(np.abs(expected[finite]).max(initial=0))))
+    # The Hopper kernels' fp8 products accumulate with ~13 mantissa bits.
+    np.testing.assert_allclose(logits.cpu().numpy()[finite], expected[finite], rtol=2e-3,
+                               atol=2e-3 * max(1.0, float(np.abs(expected[finite]).max(initial=0))))
     assert torch.equal(torch.isneginf(logits).cpu(), torch.from_numpy(np.isneginf(expected)))
     # index_topk with request_offsets (logits then top-k on CUDA) is topk of these logits.
     indices = dsa.index_topk(t["q"], t["cache"], t["weights"], t["lens"], t["table"],
@@ -527,10 +528,12 @@ def test_deep_gemm_indices(rng, page, rows):
     with pytest.raises(NotImplementedError, match="index_topk: strategy"):
         dsa.index_topk(t["q"], t["cache"], t["weights"], t["lens"], t["table"], t["max_len"], 64,
                        schedule, strategy="fused", page_size=page, request_offsets=t["offsets"])
-    with pytest.raises(NotImplementedError, match="request_offsets"):
-        dsa.paged_mqa_logits(t["q"], t["cache"], t["weights"], t["lens"], t["table"],
-                             t["max_len"], schedule, page_size=page,
-                             request_offsets=t["offsets"], backend="cuda_hopper")
+    # On sm_90 the automatic choice is the Hopper kernel's row tiles.
+    if torch.cuda.get_device_capability() == (9, 0):
+        hopper = dsa.paged_mqa_logits(t["q"], t["cache"], t["weights"], t["lens"], t["table"],
+                                      t["max_len"], schedule, page_size=page, clean_logits=True,
+                                      request_offsets=t["offsets"], backend="cuda_hopper")
+        assert torch.equal(hopper, logits)
 
 
 def test_deep_gemm_indices_under_cuda_graphs(rng):

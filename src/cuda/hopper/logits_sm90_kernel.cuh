@@ -158,8 +158,9 @@ struct QueryInfo {
   float weights[kRows * kHeads];
   std::int64_t first_row;  // logits row of draft row 0 of the unit
   // Length of each row, or -1 when the row breaks a length rule (the fill
-  // warps own such rows).
+  // warps own such rows) or lies past the unit's rows (a short row tile).
   std::int32_t lengths[kRows];
+  std::int32_t rows_in_use;  // rows up to the last with a length: later passes score nothing
 };
 
 // kSelect: the selection kernel, whose consumers leave each page's logits
@@ -175,7 +176,7 @@ struct SharedLayout {
   static constexpr int kFixedBytes = 1024 /* alignment slack */ + 2 * kQueryBytes +
                                      2 * static_cast<int>(sizeof(QueryInfo<kRows, kHeads>)) +
                                      4 * 8 /* query barriers */ + 2 * 8 /* issued generation, padding */ +
-                                     kHistogramBytes;
+                                     kMaxStages * 4 /* pushed rounds */ + kHistogramBytes;
   static constexpr int kStageBytes = kStageKeyBytes + kStageScaleBytes + kPageLogitsBytes +
                                      static_cast<int>(sizeof(StageInfo)) + (kSelect ? 3 : 2) * 8;
   static constexpr int kStagesThatFit = (kMaxSharedBytes - kFixedBytes) / kStageBytes;
@@ -196,7 +197,9 @@ struct SharedLayout {
   static constexpr int kBarriers = 2 * kStages + 4 + (kSelect ? kStages : 0);
   // The last query load issued (see produce).
   static constexpr int issued_generation = barriers + kBarriers * 8;
-  static constexpr int select_histogram = issued_generation + 8;
+  // The last round of each stage slot pushed (see produce).
+  static constexpr int pushed_rounds = issued_generation + 8;
+  static constexpr int select_histogram = pushed_rounds + kMaxStages * 4;
   static constexpr int bytes = select_histogram + kHistogramBytes;  // one per selector
   static constexpr int launch_bytes = bytes + 1024;
   static_assert(launch_bytes <= kMaxSharedBytes, "shared memory layout too large");
@@ -223,6 +226,9 @@ struct SharedLayout {
   }
   __device__ static std::int32_t* issued_generation_of(unsigned char* smem) {
     return reinterpret_cast<std::int32_t*>(smem + issued_generation);
+  }
+  __device__ static std::int32_t* pushed_rounds_of(unsigned char* smem) {
+    return reinterpret_cast<std::int32_t*>(smem + pushed_rounds);
   }
   __device__ static int* selector_histogram(unsigned char* smem, int selector) {
     return reinterpret_cast<int*>(smem + select_histogram) + selector * kSelectBins;
@@ -315,6 +321,14 @@ __device__ __forceinline__ bool unscored_value(const LogitsKernelParams& p, std:
 // generation it has issued; another producer pushes no page of a generation
 // before that, so a consumer never waits on a query slot whose previous load
 // has not been issued.
+//
+// A producer waits for a stage slot by the parity of its page-empty barrier's
+// phase, which tells the slot's last round from the one before but not from
+// two rounds back. Producers taking chunks in turn can drift further apart
+// than that on a small ring (long walks of short chunks with few stages, as
+// 8-row units have), so each slot also records the last round pushed into it:
+// a producer pushes round r only after round r - 1 was pushed, whose pusher
+// had seen round r - 2 released, and the parity it then waits on is exact.
 template <int kRows, int kHeads, bool kSelect>
 __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUtensorMap* key_map,
                                         const CUtensorMap* query_map, unsigned char* smem,
@@ -325,6 +339,7 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
   auto* info = Layout::query_infos(smem);
   StageInfo* stage_info = Layout::stage_infos(smem);
   std::int32_t* issued_generation = Layout::issued_generation_of(smem);
+  std::int32_t* pushed_rounds = Layout::pushed_rounds_of(smem);
   std::uint64_t* page_full = Layout::page_full(smem);
   std::uint64_t* page_empty = Layout::page_empty(smem);
   std::uint64_t* query_full = Layout::query_full(smem);
@@ -355,7 +370,10 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
   auto push_stage = [&](int stage_sequence, std::int32_t first_position, StageKind kind,
                         const std::int32_t (&pages)[kMaxPagesPerStage], int page_count, unsigned read) {
     const int slot = stage_sequence % kStages;
-    ptx::mbarrier_wait(&page_empty[slot], ((stage_sequence / kStages) & 1) ^ 1);
+    const int round = stage_sequence / kStages;
+    while (ptx::load_acquire_cta(&pushed_rounds[slot]) != round - 1) {
+    }
+    ptx::mbarrier_wait(&page_empty[slot], (round & 1) ^ 1);
     if (leader) {
       const unsigned refused = ~read & ((1u << page_count) - 1);
       const int refused_begin = refused == 0 ? 0 : (__ffs(refused) - 1) * p.page_tokens;
@@ -377,6 +395,7 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
       } else {
         ptx::mbarrier_arrive(&page_full[slot]);
       }
+      ptx::store_release_cta(&pushed_rounds[slot], round);
     }
     __syncwarp();
   };
@@ -419,7 +438,11 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
       if (index < kRows * kHeads) info[slot].weights[index] = weights[i];
     }
     if (lane < kRows) info[slot].lengths[lane] = lane_length;
-    if (lane == 0) info[slot].first_row = first_row;
+    const unsigned scored = __ballot_sync(0xffffffffu, lane_length >= 0);
+    if (lane == 0) {
+      info[slot].first_row = first_row;
+      info[slot].rows_in_use = 32 - __clz(static_cast<int>(scored));
+    }
     ptx::mbarrier_arrive(&query_full[slot]);  // releases this lane's weight and length stores
     __syncwarp();
   };
@@ -618,6 +641,7 @@ struct PageContext {
   std::int64_t first_row;
   std::int64_t first_position;
   int refused_begin, refused_end;  // the stage's rows that score NaN (StageInfo)
+  int rows_in_use = 1 << 30;       // passes from this draft row on are skipped (QueryInfo)
   float scale_upper, scale_lower;  // of this thread's two token rows
   int warp, lane;                  // in the warpgroup
   float* page_logits;              // selection kernel: [kRows][64] for the selectors
@@ -715,10 +739,15 @@ __device__ __forceinline__ void finish_pass(const LogitsKernelParams& p, const P
 // Scores the passes of a page one after another: release() runs once the
 // last product has read the page, finish(first_row, rows, acc) turns each
 // finished pass (rows draft rows from first_row, as integral constants)
-// into logits.
+// into logits. Passes from draft row page.rows_in_use on are skipped (a row
+// tile of a request with fewer rows computes only its own).
 template <int kRows, int kHeads, int kPassColumns, int kFirstRow, typename Release, typename Finish>
 __device__ __forceinline__ void score_passes(const PageContext& page, Release&& release, Finish&& finish) {
   using This = Pass<kRows, kHeads, kPassColumns, kFirstRow>;
+  if (kFirstRow >= page.rows_in_use) {  // no later row of the unit is scored
+    release();
+    return;
+  }
   float acc[This::kColumns / 2];
   issue_pass<kHeads, kFirstRow, This::kColumns>(page, acc);
   ptx::wgmma_wait<0>();
@@ -777,6 +806,8 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
       page.first_position = stage.first_position;
       page.refused_begin = stage.refused_begin;
       page.refused_end = stage.refused_end;
+      // The selectors read every row's logits.
+      if constexpr (!kSelect) page.rows_in_use = query.rows_in_use;
       page.scale_upper = scales[16 * warp + lane / 4];
       page.scale_lower = scales[16 * warp + lane / 4 + 8];
       page.warp = warp;
@@ -847,6 +878,7 @@ __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThread
       if (kSelect) ptx::mbarrier_init(&Layout::logits_ready(smem)[s], kWarpgroupThreads);
     }
     *Layout::issued_generation_of(smem) = -1;
+    for (int s = 0; s < kStages; ++s) Layout::pushed_rounds_of(smem)[s] = -1;
     for (int s = 0; s < 2; ++s) {
       ptx::mbarrier_init(&Layout::query_full(smem)[s], 32);  // producer 0
       ptx::mbarrier_init(&Layout::query_empty(smem)[s], kQueryReleaseArrivals);

@@ -217,7 +217,8 @@ __global__ void __launch_bounds__(PrefillLayout<kHeads>::kThreads, 1)
                 page, acc, [&](int j, int stage_row, float value) {
                   const PrefillRow info = rows[j];
                   const std::int64_t key = first_key + stage_row;
-                  if (key >= info.start && key < info.end && info.start >= 0) {
+                  // A refused row's range [-1, 0) and a missing row's [-1, -1) hold no key.
+                  if (key >= info.start && key < info.end) {
                     store_mqa_logit(p, block.first_row + j, p.compressed ? key - info.start : key, value);
                   }
                 });
