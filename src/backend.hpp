@@ -59,7 +59,7 @@ class DeviceGuard {
 // The prologue of every CUDA operation, entered once per public call (by
 // api.cpp's run_cuda) before the backend enqueues anything: the tensors'
 // device becomes current for the scope's lifetime, then the error record is
-// cleared on ctx.stream (a memset on that device, hence after the guard), so
+// cleared on ctx.stream (a kernel on that device, hence after the guard), so
 // that whatever the kernels record belongs to this call.
 class OperationScope {
  public:

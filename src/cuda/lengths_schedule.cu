@@ -7,6 +7,7 @@
 #include "backend.hpp"
 #include "common/schedule_walk.hpp"
 #include "cuda/device_error.cuh"
+#include "cuda/grid_dependency.cuh"
 #include "cuda/launch_utils.hpp"
 #include "cuda/warp_scan.cuh"
 
@@ -37,6 +38,7 @@ __device__ std::int32_t convention_length(LengthConvention convention, std::int6
 // One thread per row of uneven requests: row r of request b (offsets[b] + t)
 // gets the causal input[b] + t + 1; a row of no request is recorded and 0.
 __global__ void row_context_lens_kernel(LengthsProblem p, DeviceErrorRecord* record) {
+  enter_dependent_grid();
   for (std::int64_t row = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; row < p.rows;
        row += std::int64_t{gridDim.x} * blockDim.x) {
     const std::int64_t b = request_of_row(p.varlen.offsets, p.varlen.requests, row);
@@ -56,6 +58,7 @@ __global__ void row_context_lens_kernel(LengthsProblem p, DeviceErrorRecord* rec
 
 // One thread per output element (b, j).
 __global__ void context_lens_kernel(LengthsProblem p, DeviceErrorRecord* record) {
+  enter_dependent_grid();
   const std::int64_t total = p.batch * p.next_n;
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < total;
        i += std::int64_t{gridDim.x} * blockDim.x) {
@@ -130,6 +133,7 @@ __global__ void __launch_bounds__(kPlanThreads) plan_schedule_kernel(SchedulePro
     return segment_first(thread) + per_thread < units ? segment_first(thread) + per_thread : units;
   };
 
+  enter_dependent_grid();
   std::int64_t segment_items = 0;
   walk_segment(layout, segment_first(threadIdx.x), segment_last(threadIdx.x),
                [&](const UnitSpan&, std::int64_t chunks) {
@@ -192,26 +196,18 @@ __global__ void __launch_bounds__(kPlanThreads) plan_schedule_kernel(SchedulePro
 
 Status context_lens(const LengthsProblem& p, const ExecContext& ctx) {
   if (p.varlen.offsets != nullptr) {
-    if (p.rows > 0) {
-      row_context_lens_kernel<<<grid_for(p.rows, kLengthThreads), kLengthThreads, 0, stream_of(ctx)>>>(
-          p, error_record(ctx));
-      DSA_CUDA_CHECK_LAUNCH("row_context_lens_kernel");
-    }
-    return Status::success();
+    if (p.rows == 0) return Status::success();
+    return launch_kernel("row_context_lens_kernel", row_context_lens_kernel,
+                         {grid_for(p.rows, kLengthThreads), kLengthThreads}, ctx, p, error_record(ctx));
   }
   const std::int64_t total = p.batch * p.next_n;
-  if (total > 0) {
-    context_lens_kernel<<<grid_for(total, kLengthThreads), kLengthThreads, 0, stream_of(ctx)>>>(
-        p, error_record(ctx));
-    DSA_CUDA_CHECK_LAUNCH("context_lens_kernel");
-  }
-  return Status::success();
+  if (total == 0) return Status::success();
+  return launch_kernel("context_lens_kernel", context_lens_kernel, {grid_for(total, kLengthThreads), kLengthThreads},
+                       ctx, p, error_record(ctx));
 }
 
 Status plan_schedule(const ScheduleProblem& p, const ExecContext& ctx) {
-  plan_schedule_kernel<<<1, kPlanThreads, 0, stream_of(ctx)>>>(p);
-  DSA_CUDA_CHECK_LAUNCH("plan_schedule_kernel");
-  return Status::success();
+  return launch_kernel("plan_schedule_kernel", plan_schedule_kernel, {1, kPlanThreads}, ctx, p);
 }
 
 }  // namespace dsa::detail::cuda

@@ -40,6 +40,7 @@
 #include "cuda/device_error.cuh"
 #include "cuda/fused/candidate_lists.hpp"
 #include "cuda/fused/candidate_select.cuh"
+#include "cuda/grid_dependency.cuh"
 #include "cuda/hopper/ptx.cuh"
 #include "cuda/schedule_check.cuh"
 #include "cuda/warp_scan.cuh"
@@ -826,7 +827,6 @@ __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThread
 #if DSA_SM90A_ENABLED
   using Layout = SharedLayout<kRows, kHeads, kSelect>;
   constexpr int kStages = Layout::kStages;
-  if (p.run_if != nullptr && *p.run_if == 0) return;
   extern __shared__ unsigned char shared_raw[];
   // Swizzled tensor copies and wgmma descriptors need 1024-byte alignment.
   unsigned char* smem =
@@ -847,6 +847,8 @@ __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThread
     ptx::fence_barrier_init();
   }
   __syncthreads();
+  enter_dependent_grid();
+  if (p.run_if != nullptr && *p.run_if == 0) return;
 
   // Read from lane 0, the warpgroup index is known to be warp-uniform: what
   // derives from it (stage slots, descriptors) stays in uniform registers.
