@@ -6,6 +6,7 @@
 #include "backend.hpp"
 #include "common/device_error.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/device_error.cuh"
 #include "cuda/grid_dependency.cuh"
 #include "cuda/hopper/logits_sm90.hpp"
 #include "cuda/hopper/prefill_sm90.hpp"
@@ -23,7 +24,7 @@ namespace {
 // so whatever the previous operation recorded is written before the clear.
 __global__ void clear_error_record_kernel(DeviceErrorRecord* record) {
   enter_dependent_grid();
-  *record = DeviceErrorRecord{};
+  clear_error_record(record);
 }
 
 }  // namespace
@@ -56,8 +57,9 @@ int multiprocessor_count(int device) {
   return count;
 }
 
-Status OperationScope::enter(int device, const ExecContext& ctx) {
+Status OperationScope::enter(int device, const ExecContext& ctx, RecordClear clear) {
   DSA_RETURN_IF_ERROR(device_.enter(device));
+  if (clear == RecordClear::by_first_kernel) return Status::success();
   return launch_kernel("clear_error_record_kernel", clear_error_record_kernel, {1, 1}, ctx, error_record(ctx));
 }
 

@@ -117,7 +117,9 @@ __device__ void write_entry(std::int32_t* schedule, std::int64_t worker, std::in
   schedule[2 * worker + 1] = static_cast<std::int32_t>(chunk);
 }
 
-__global__ void __launch_bounds__(kPlanThreads) plan_schedule_kernel(ScheduleProblem p) {
+// It also clears the operation's error record (RecordClear::by_first_kernel):
+// it is the operation's only kernel, one CTA that records nothing.
+__global__ void __launch_bounds__(kPlanThreads) plan_schedule_kernel(ScheduleProblem p, DeviceErrorRecord* record) {
   // Per thread, the items of the segments up to its own within its warp;
   // per warp, the items up to its own: the scan's two halves.
   __shared__ std::int64_t warp_scanned[kPlanThreads];
@@ -134,6 +136,7 @@ __global__ void __launch_bounds__(kPlanThreads) plan_schedule_kernel(SchedulePro
   };
 
   enter_dependent_grid();
+  if (threadIdx.x == 0) clear_error_record(record);
   std::int64_t segment_items = 0;
   walk_segment(layout, segment_first(threadIdx.x), segment_last(threadIdx.x),
                [&](const UnitSpan&, std::int64_t chunks) {
@@ -207,7 +210,7 @@ Status context_lens(const LengthsProblem& p, const ExecContext& ctx) {
 }
 
 Status plan_schedule(const ScheduleProblem& p, const ExecContext& ctx) {
-  return launch_kernel("plan_schedule_kernel", plan_schedule_kernel, {1, kPlanThreads}, ctx, p);
+  return launch_kernel("plan_schedule_kernel", plan_schedule_kernel, {1, kPlanThreads}, ctx, p, error_record(ctx));
 }
 
 }  // namespace dsa::detail::cuda

@@ -213,14 +213,17 @@ TEST_P(GpuPdl, CapturedStepIsBitwiseTheSame) {
 INSTANTIATE_TEST_SUITE_P(Backends, GpuPdl, ::testing::Values(Backend::cuda_generic, Backend::automatic),
                          [](const ::testing::TestParamInfo<Backend>& info) { return backend_tag(info.param); });
 
-// Each operation clears the error record before its kernels record: with
-// the overlap, a violation the lengths builder records is what
+// Each operation clears the error record before its kernels record, with
+// and without the overlap: a violation the lengths builder records is what
 // read_device_error returns after it, and the planner enqueued right after
-// it (with no synchronization between them) leaves a clean record.
-TEST(GpuPdlErrors, RecordBelongsToTheLastOperation) {
+// it (with no synchronization between them; its kernel clears the record
+// itself) leaves a clean record.
+class GpuPdlErrors : public ::testing::TestWithParam<bool> {};
+
+TEST_P(GpuPdlErrors, RecordBelongsToTheLastOperation) {
   DSA_REQUIRE_GPU();
   GpuContext gpu(Backend::cuda_generic, 0);
-  gpu.ctx.programmatic_dependent_launch = true;
+  gpu.ctx.programmatic_dependent_launch = GetParam();
   const std::vector<std::int32_t> prefix{7, -3, 12};
   const dsa::DeviceBuffer prefix_device = device_copy(prefix);
   const dsa::DeviceBuffer lens = device_filled(4 * 3 * 2, 0xFF);
@@ -240,6 +243,9 @@ TEST(GpuPdlErrors, RecordBelongsToTheLastOperation) {
   }
   EXPECT_EQ(host_copy<std::int32_t>(lens), (std::vector<std::int32_t>{8, 9, 1, 2, 13, 14}));
 }
+
+INSTANTIATE_TEST_SUITE_P(Overlap, GpuPdlErrors, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "pdl" : "plain"; });
 
 }  // namespace
 }  // namespace dsa_test::gpu
