@@ -188,6 +188,20 @@ TEST_P(GpuPdl, CapturedStepIsBitwiseTheSame) {
   ASSERT_CUDA(cudaStreamEndCapture(stream, &raw_graph));
   const std::unique_ptr<CUgraph_st, decltype(&cudaGraphDestroy)> graph(raw_graph, cudaGraphDestroy);
   for (const dsa::Status& status : statuses) DSA_GPU_ASSERT_OK(status);
+  // On compute capability 9.0 (the library's sm_90a code waits) every
+  // dependency between the step's kernels is a programmatic edge.
+  if (device_is_sm90()) {
+    std::size_t edges = 0;
+    ASSERT_CUDA(cudaGraphGetEdges(graph.get(), nullptr, nullptr, nullptr, &edges));
+    std::vector<cudaGraphNode_t> from(edges), to(edges);
+    std::vector<cudaGraphEdgeData> data(edges);
+    ASSERT_CUDA(cudaGraphGetEdges(graph.get(), from.data(), to.data(), data.data(), &edges));
+    const auto programmatic = std::count_if(data.begin(), data.end(), [](const cudaGraphEdgeData& edge) {
+      return edge.type == cudaGraphDependencyTypeProgrammatic;
+    });
+    EXPECT_GT(edges, 0u);
+    EXPECT_EQ(static_cast<std::size_t>(programmatic), edges);
+  }
   cudaGraphExec_t raw_exec = nullptr;
   ASSERT_CUDA(cudaGraphInstantiate(&raw_exec, graph.get(), 0));
   const std::unique_ptr<CUgraphExec_st, decltype(&cudaGraphExecDestroy)> exec(raw_exec, cudaGraphExecDestroy);
