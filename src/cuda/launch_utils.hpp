@@ -114,7 +114,8 @@ Status launch_kernel(const char* name, void (*kernel)(Params...), const LaunchSh
   config.attrs = attributes;
   config.numAttrs = count;
   const cudaError_t error = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-  if (error != cudaSuccess) cudaGetLastError();  // the call's Status carries it; later checks start clean
+  if (error == cudaSuccess) return Status::success();
+  cudaGetLastError();  // the call's Status carries it; later checks start clean
   return cuda_status(error, (std::string("launch of ") + name).c_str());
 }
 
