@@ -832,6 +832,9 @@ __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThread
   unsigned char* smem =
       shared_raw + ((1024 - (ptx::smem_address(shared_raw) & 1023)) & 1023);
   if (threadIdx.x == 0) {
+    // Before the wait for the previous kernel: the maps are this launch's own.
+    ptx::prefetch_tensor_map(&key_map);
+    ptx::prefetch_tensor_map(&query_map);
     for (int s = 0; s < kStages; ++s) {
       ptx::mbarrier_init(&Layout::page_full(smem)[s], 1);
       // page empty: the consumer, and with kSelect the selectors
@@ -856,8 +859,6 @@ __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThread
   if (warpgroup == 0) {
     ptx::lower_register_limit<kProducerRegisters>();
     if (threadIdx.x < 32 * kProducerWarps) {
-      ptx::prefetch_tensor_map(&key_map);
-      ptx::prefetch_tensor_map(&query_map);
       produce<kRows, kHeads, kSelect>(p, &key_map, &query_map, smem,
                                       static_cast<int>(threadIdx.x) / 32);
     } else {
