@@ -157,11 +157,13 @@ TEST_P(GpuPdl, EagerStepIsBitwiseTheSame) {
     std::memcpy(lens.data(), plain[0].data(), 4 * lens.size());
     EXPECT_EQ(lens, w.context_lens);
     std::vector<std::int32_t> host_plan(static_cast<std::size_t>(2 * (step.workers + 1)));
+    dsa::ExecContext on_gpu;
+    on_gpu.backend = GetParam();
     dsa::ExecContext cpu;
     cpu.backend = Backend::cpu_reference;
     DSA_GPU_ASSERT_OK(dsa::plan_schedule(
         dsa::make_view(lens.data(), DType::int32, {w.batch, w.next_n}), step.workers,
-        dsa::resolve_logits_path(dsa::LogitsPath::automatic, w.next_n, w.heads, kGpu, dsa::ExecContext{}),
+        dsa::resolve_logits_path(dsa::LogitsPath::automatic, w.next_n, w.heads, kGpu, on_gpu),
         dsa::make_view(host_plan.data(), DType::int32, {step.workers + 1, 2}), cpu));
     std::vector<std::int32_t> schedule(host_plan.size());
     std::memcpy(schedule.data(), plain[1].data(), 4 * schedule.size());
