@@ -142,11 +142,11 @@ Status run_cpu(const char* op, Call&& call) {
 // waits for and returns the first data-dependent error the kernels recorded.
 template <typename Launch>
 Status run_cuda(const char* op, Device device, const ExecContext& ctx, std::size_t required_workspace,
-                Launch&& launch) {
+                Launch&& launch, cuda::RecordClear clear = cuda::RecordClear::by_scope) {
   DSA_RETURN_IF_ERROR(check_workspace(op, ctx, required_workspace));
   {
     cuda::OperationScope scope;
-    DSA_RETURN_IF_ERROR(scope.enter(device.index, ctx));
+    DSA_RETURN_IF_ERROR(scope.enter(device.index, ctx, clear));
     DSA_RETURN_IF_ERROR(launch());
   }
   if (ctx.check_device_errors) return cuda::read_device_error(ctx, op);
@@ -244,8 +244,8 @@ Status plan_schedule(const TensorView& context_lens, int num_workers, LogitsPath
   Engine engine;
   DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, &engine));
   if (!is_cuda_engine(engine)) return run_cpu(op, [&] { return cpu::plan_schedule(p, ctx); });
-  return run_cuda(op, p.device, ctx, cuda::workspace_bytes_basic(),
-                  [&] { return cuda::plan_schedule(p, ctx); });
+  return run_cuda(op, p.device, ctx, cuda::workspace_bytes_basic(), [&] { return cuda::plan_schedule(p, ctx); },
+                  cuda::RecordClear::by_first_kernel);
 }
 
 Status store_index_keys(const TensorView& keys, const TensorView& slot_mapping, const TensorView& cache,

@@ -56,14 +56,20 @@ class DeviceGuard {
   bool restore_ = false;
 };
 
+// Who clears an operation's error record: the scope, with a kernel of its
+// own, or the operation's first kernel, one CTA that records nothing and
+// clears the record after its wait for the work before it (the planner), so
+// that the step has one launch fewer.
+enum class RecordClear { by_scope, by_first_kernel };
+
 // The prologue of every CUDA operation, entered once per public call (by
 // api.cpp's run_cuda) before the backend enqueues anything: the tensors'
-// device becomes current for the scope's lifetime, then the error record is
-// cleared on ctx.stream (a memset on that device, hence after the guard), so
-// that whatever the kernels record belongs to this call.
+// device becomes current for the scope's lifetime, then (by_scope) the error
+// record is cleared on ctx.stream (a kernel on that device, hence after the
+// guard), so that whatever the kernels record belongs to this call.
 class OperationScope {
  public:
-  Status enter(int device, const ExecContext& ctx);
+  Status enter(int device, const ExecContext& ctx, RecordClear clear);
 
  private:
   DeviceGuard device_;
@@ -80,6 +86,7 @@ inline constexpr int kStageTokens = 64;
 Status store_index_keys(const StoreKeysProblem& p, const ExecContext& ctx);
 Status quantize_queries(const QuantizeQueriesProblem& p, const ExecContext& ctx);
 Status context_lens(const LengthsProblem& p, const ExecContext& ctx);
+// Clears the error record itself (RecordClear::by_first_kernel).
 Status plan_schedule(const ScheduleProblem& p, const ExecContext& ctx);
 // hopper: use the sm_90a kernels (the caller checked hopper_supports()).
 Status paged_mqa_logits(const LogitsProblem& p, bool hopper, const ExecContext& ctx);

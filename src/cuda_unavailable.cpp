@@ -38,7 +38,7 @@ namespace detail::cuda {
 
 // No device to enter: the operation itself answers `unsupported`.
 DeviceGuard::~DeviceGuard() = default;
-Status OperationScope::enter(int, const ExecContext&) { return Status::success(); }
+Status OperationScope::enter(int, const ExecContext&, RecordClear) { return Status::success(); }
 
 Status store_index_keys(const StoreKeysProblem&, const ExecContext&) { return no_cuda("store_index_keys"); }
 Status quantize_queries(const QuantizeQueriesProblem&, const ExecContext&) { return no_cuda("quantize_queries"); }

@@ -58,6 +58,21 @@ struct ExecContext {
   // the stream at its end and returns that violation as its Status; without
   // it, read_device_error() reports it later. Not allowed during graph capture.
   bool check_device_errors = false;
+  // CUDA: launch every kernel with programmatic dependent launch (compute
+  // capability 9.0 and newer). A kernel may then start while the kernel
+  // before it on ctx.stream (the operation's own or whatever was enqueued
+  // before the call) is finishing: its launch, the placement of its CTAs and
+  // a prologue that reads no input (barrier setup) overlap that kernel's
+  // tail, and it waits on the device for that kernel to complete before it
+  // reads an input or writes an output. Results are bitwise identical with
+  // and without it, and each operation still clears the error record before
+  // its kernels record anything. Launches are CUDA-graph capturable either
+  // way (captured, the overlap becomes a programmatic edge between kernel
+  // nodes). The overlap spans kernels only: a copy, memset or event between
+  // two kernels serializes them as usual. Where a device or the kernel code
+  // loaded for it (PTX compiled for an older target) lacks the device-side
+  // wait, the kernel is launched without the overlap.
+  bool programmatic_dependent_launch = false;
 };
 
 // Synchronizes ctx.stream and returns the first data-dependent error the last

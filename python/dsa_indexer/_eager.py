@@ -89,7 +89,7 @@ def _choice(table, value, what):
 
 
 def make_context(like, backend="auto", stream=None, num_threads=0, reference_float64=False,
-                 check_device_errors=False):
+                 check_device_errors=False, pdl=False):
     """The _core.ExecContext for arrays like `like` (the execution keywords of dsa_indexer.ops)."""
     ctx = _core.ExecContext()
     ctx.backend = _choice(_BACKENDS, backend, "backend")
@@ -97,6 +97,7 @@ def make_context(like, backend="auto", stream=None, num_threads=0, reference_flo
     ctx.num_threads = _int32(num_threads, "ctx", "num_threads")
     ctx.reference_float64 = bool(reference_float64)
     ctx.check_device_errors = bool(check_device_errors)
+    ctx.programmatic_dependent_launch = bool(pdl)
     return ctx
 
 

@@ -17,6 +17,9 @@ Execution keywords accepted by every operation:
   reference_float64   cpu_reference: accumulate in float64
   check_device_errors CUDA: synchronize at the end and raise data-dependent errors
                       (not during graph capture)
+  pdl                 CUDA: launch the kernels with programmatic dependent launch
+                      (ExecContext::programmatic_dependent_launch): each overlaps the
+                      end of the kernel before it on the stream; same results
   workspace           a 1-D uint8 array on the arrays' device to use as scratch
                       memory (default: allocated per call in the caller's framework);
                       keep it to call read_device_error() afterwards

@@ -44,7 +44,7 @@ _TYPES = {
                      "page_size", "stream", "num_threads", "max_seqlen_k", "total_rows"), "int"),
     "weight_scale": "float",
     **dict.fromkeys(("power_of_two_scales", "clean_logits", "sorted", "physical_slots",
-                     "reference_float64", "check_device_errors", "compressed"), "bool"),
+                     "reference_float64", "check_device_errors", "pdl", "compressed"), "bool"),
     **dict.fromkeys(("convention", "path", "out_dtype", "strategy", "backend", "key_format"), "str"),
 }
 

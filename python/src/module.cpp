@@ -80,7 +80,8 @@ void bind_context(nb::module_& m) {
           "cudaStream_t as an integer (0: the legacy default stream)")
       .def_rw("num_threads", &ExecContext::num_threads)
       .def_rw("reference_float64", &ExecContext::reference_float64)
-      .def_rw("check_device_errors", &ExecContext::check_device_errors);
+      .def_rw("check_device_errors", &ExecContext::check_device_errors)
+      .def_rw("programmatic_dependent_launch", &ExecContext::programmatic_dependent_launch);
 
   m.def("workspace_alignment", [] { return kWorkspaceAlignment; });
   m.def(

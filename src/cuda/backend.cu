@@ -6,12 +6,28 @@
 #include "backend.hpp"
 #include "common/device_error.hpp"
 #include "cuda/cuda_check.hpp"
+#include "cuda/device_error.cuh"
+#include "cuda/grid_dependency.cuh"
 #include "cuda/hopper/logits_sm90.hpp"
 #include "cuda/hopper/prefill_sm90.hpp"
 #include "cuda/launch_utils.hpp"
 #include "cuda/logits_generic.hpp"
 
 namespace dsa::detail::cuda {
+
+namespace {
+
+// Clears the error record. A kernel rather than a memset, so that with
+// programmatic dependent launch the operation's kernels overlap the end of
+// the work before it: only kernels take part in the overlap, a memset
+// between two operations would serialize them. It waits like every kernel,
+// so whatever the previous operation recorded is written before the clear.
+__global__ void clear_error_record_kernel(DeviceErrorRecord* record) {
+  enter_dependent_grid();
+  clear_error_record(record);
+}
+
+}  // namespace
 
 std::size_t workspace_bytes_basic() { return kDeviceErrorRecordBytes; }
 
@@ -41,11 +57,10 @@ int multiprocessor_count(int device) {
   return count;
 }
 
-Status OperationScope::enter(int device, const ExecContext& ctx) {
+Status OperationScope::enter(int device, const ExecContext& ctx, RecordClear clear) {
   DSA_RETURN_IF_ERROR(device_.enter(device));
-  return cuda_status(
-      cudaMemsetAsync(error_record(ctx), 0, sizeof(DeviceErrorRecord), stream_of(ctx)),
-      "cudaMemsetAsync(error record)");
+  if (clear == RecordClear::by_first_kernel) return Status::success();
+  return launch_kernel("clear_error_record_kernel", clear_error_record_kernel, {1, 1}, ctx, error_record(ctx));
 }
 
 Status read_device_error(const ExecContext& ctx, const char* operation) {

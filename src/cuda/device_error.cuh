@@ -22,4 +22,10 @@ __device__ __forceinline__ void report_device_error(DeviceErrorRecord* record, s
   }
 }
 
+// Empties the record: what an operation does before its kernels record
+// anything (after the wait for the work before it, grid_dependency.cuh).
+__device__ __forceinline__ void clear_error_record(DeviceErrorRecord* record) {
+  *record = DeviceErrorRecord{};
+}
+
 }  // namespace dsa::detail::cuda

@@ -13,6 +13,7 @@
 
 #include "backend.hpp"
 #include "cuda/fused/fused_index_topk.hpp"
+#include "cuda/grid_dependency.cuh"
 #include "cuda/index_topk_selection.cuh"
 #include "cuda/launch_utils.hpp"
 
@@ -49,6 +50,7 @@ WorkspacePlan plan_workspace(std::int64_t rows, std::int64_t max_context_len) {
 __global__ void topk_lengths_kernel(LogitsProblem p, const std::int32_t* topk_lens,
                                     std::int64_t topk_lens_stride, std::int32_t* out,
                                     DeviceErrorRecord* record) {
+  enter_dependent_grid();
   const std::int64_t rows = p.batch * p.next_n;
   for (std::int64_t row = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; row < rows;
        row += std::int64_t{gridDim.x} * blockDim.x) {
@@ -59,10 +61,8 @@ __global__ void topk_lengths_kernel(LogitsProblem p, const std::int32_t* topk_le
 Status launch_topk_lengths(const IndexTopkProblem& p, std::int32_t* lengths, const ExecContext& ctx) {
   const std::int64_t rows = p.logits.rows();
   if (rows == 0) return Status::success();
-  topk_lengths_kernel<<<grid_for(rows, kLengthThreads), kLengthThreads, 0, stream_of(ctx)>>>(
-      p.logits, p.topk_lens, p.topk_lens_stride, lengths, error_record(ctx));
-  DSA_CUDA_CHECK_LAUNCH("topk_lengths_kernel");
-  return Status::success();
+  return launch_kernel("topk_lengths_kernel", topk_lengths_kernel, {grid_for(rows, kLengthThreads), kLengthThreads},
+                       ctx, p.logits, p.topk_lens, p.topk_lens_stride, lengths, error_record(ctx));
 }
 
 }  // namespace

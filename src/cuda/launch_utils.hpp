@@ -1,11 +1,14 @@
 // Small host-side helpers shared by the CUDA entry points: the stream and the
-// error record of an ExecContext, workspace alignment and launch geometry.
+// error record of an ExecContext, workspace alignment, launch geometry and
+// the one function that launches every kernel of the backend.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <utility>
 
 #include "backend.hpp"
 #include "common/device_error.hpp"
@@ -49,6 +52,71 @@ inline unsigned grid_for(std::int64_t count, int threads_per_block, unsigned max
   const std::int64_t blocks = (count + threads_per_block - 1) / threads_per_block;
   if (blocks < 1) return 1u;
   return blocks > max_blocks ? max_blocks : static_cast<unsigned>(blocks);
+}
+
+// What one kernel launch runs: its grid, CTAs, dynamic shared memory and,
+// with cluster_ctas > 1, thread-block clusters of that many CTAs along x.
+struct LaunchShape {
+  dim3 grid;
+  dim3 block;
+  std::size_t shared_bytes = 0;
+  unsigned cluster_ctas = 1;
+};
+
+// The launch attribute asking for clusters of `ctas` CTAs along x.
+inline cudaLaunchAttribute cluster_attribute(unsigned ctas) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = ctas;
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  return attribute;
+}
+
+// True when the code `kernel` runs on the current device was compiled for
+// compute capability 9.0 or newer, where its enter_dependent_grid()
+// (grid_dependency.cuh) waits; older targets (the generic PTX compiled just
+// in time on a newer GPU, say) compile that wait to nothing.
+template <typename Kernel>
+bool waits_for_prior_grids(Kernel* kernel) {
+  cudaFuncAttributes attributes{};
+  if (cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return attributes.ptxVersion >= 90;
+}
+
+// Launches kernel(args...) with `shape` on ctx.stream; every kernel of the
+// CUDA backend is launched here. With ctx.programmatic_dependent_launch,
+// and where the kernel's code waits (waits_for_prior_grids), the launch
+// asks for programmatic stream serialization: the kernel may start while
+// the one before it on the stream finishes, and waits on the device
+// (enter_dependent_grid) before touching memory. `name` names the kernel in
+// the error of a failed launch.
+template <typename... Params, typename... Args>
+Status launch_kernel(const char* name, void (*kernel)(Params...), const LaunchShape& shape,
+                     const ExecContext& ctx, Args&&... args) {
+  cudaLaunchAttribute attributes[2];
+  unsigned count = 0;
+  if (shape.cluster_ctas > 1) attributes[count++] = cluster_attribute(shape.cluster_ctas);
+  if (ctx.programmatic_dependent_launch && waits_for_prior_grids(kernel)) {
+    cudaLaunchAttribute overlap{};
+    overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    overlap.val.programmaticStreamSerializationAllowed = 1;
+    attributes[count++] = overlap;
+  }
+  cudaLaunchConfig_t config{};
+  config.gridDim = shape.grid;
+  config.blockDim = shape.block;
+  config.dynamicSmemBytes = shape.shared_bytes;
+  config.stream = stream_of(ctx);
+  config.attrs = attributes;
+  config.numAttrs = count;
+  const cudaError_t error = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  if (error == cudaSuccess) return Status::success();
+  cudaGetLastError();  // the call's Status carries it; later checks start clean
+  return cuda_status(error, (std::string("launch of ") + name).c_str());
 }
 
 }  // namespace dsa::detail::cuda

@@ -7,7 +7,9 @@
 #include "backend.hpp"
 #include "common/schedule_walk.hpp"
 #include "cuda/device_error.cuh"
+#include "cuda/grid_dependency.cuh"
 #include "cuda/launch_utils.hpp"
+#include "cuda/warp_scan.cuh"
 
 namespace dsa::detail::cuda {
 
@@ -36,6 +38,7 @@ __device__ std::int32_t convention_length(LengthConvention convention, std::int6
 // One thread per row of uneven requests: row r of request b (offsets[b] + t)
 // gets the causal input[b] + t + 1; a row of no request is recorded and 0.
 __global__ void row_context_lens_kernel(LengthsProblem p, DeviceErrorRecord* record) {
+  enter_dependent_grid();
   for (std::int64_t row = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; row < p.rows;
        row += std::int64_t{gridDim.x} * blockDim.x) {
     const std::int64_t b = request_of_row(p.varlen.offsets, p.varlen.requests, row);
@@ -55,6 +58,7 @@ __global__ void row_context_lens_kernel(LengthsProblem p, DeviceErrorRecord* rec
 
 // One thread per output element (b, j).
 __global__ void context_lens_kernel(LengthsProblem p, DeviceErrorRecord* record) {
+  enter_dependent_grid();
   const std::int64_t total = p.batch * p.next_n;
   for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < total;
        i += std::int64_t{gridDim.x} * blockDim.x) {
@@ -69,47 +73,20 @@ __global__ void context_lens_kernel(LengthsProblem p, DeviceErrorRecord* record)
   }
 }
 
-// The planner runs as a single block: each thread owns a contiguous segment
-// of units, the block scans the segments' item counts, and every thread then
-// writes the starts of the workers whose first item falls in its segment.
+// The planner runs as a single block in three steps: each thread counts the
+// items of a contiguous segment of units, the block scans the counts (two
+// barriers), then each thread takes workers: it finds the segment holding
+// the worker's first item by binary search over the scanned counts and walks
+// that segment alone. No step is serial in the number of workers, and no
+// thread walks more than one segment per worker.
 constexpr int kPlanThreads = 1024;
+constexpr int kPlanWarps = kPlanThreads / 32;
 
-__device__ std::int64_t block_exclusive_scan(std::int64_t value, std::int64_t* scratch,
-                                             std::int64_t* total) {
-  // Hillis-Steele over kPlanThreads entries; the planner runs once per step
-  // on at most a few hundred thousand units, so simplicity wins over speed.
-  const int t = threadIdx.x;
-  scratch[t] = value;
-  __syncthreads();
-  for (int offset = 1; offset < kPlanThreads; offset *= 2) {
-    const std::int64_t add = t >= offset ? scratch[t - offset] : 0;
-    __syncthreads();
-    scratch[t] += add;
-    __syncthreads();
-  }
-  const std::int64_t inclusive = scratch[t];
-  *total = scratch[kPlanThreads - 1];
-  __syncthreads();
-  return inclusive - value;
-}
-
-// floor(worker * total / workers), exactly and without overflow (as the host planner).
-__device__ std::int64_t first_item_of(std::int64_t worker, std::int64_t total, std::int64_t workers) {
-  const std::int64_t whole = total / workers, rest = total % workers;
+// floor(worker * total / workers), exactly in 64 bits (as the host planner):
+// worker * rest < workers^2 < 2^62.
+__device__ std::int64_t first_item_of(std::int64_t worker, std::int64_t whole, std::int64_t rest,
+                                      std::int64_t workers) {
   return worker * whole + worker * rest / workers;
-}
-
-// The smallest worker whose first item is >= item: ceil(item * workers / total).
-__device__ std::int64_t first_worker_at_or_after(std::int64_t item, std::int64_t total,
-                                                 std::int64_t workers) {
-  const __int128 product = static_cast<__int128>(item) * workers;
-  return static_cast<std::int64_t>((product + total - 1) / total);
-}
-
-__device__ void write_entry(std::int32_t* schedule, std::int64_t worker, std::int64_t unit,
-                            std::int64_t chunk) {
-  schedule[2 * worker] = static_cast<std::int32_t>(unit);
-  schedule[2 * worker + 1] = static_cast<std::int32_t>(chunk);
 }
 
 // The unit a thread starts at: the first one named in [first, last) (a row
@@ -122,47 +99,99 @@ __device__ UnitSpan first_owned_unit(const UnitLayout& layout, std::int64_t firs
   return span.next < last ? unit_containing(layout, span.next) : none;
 }
 
-__global__ void __launch_bounds__(kPlanThreads) plan_schedule_kernel(ScheduleProblem p) {
-  __shared__ std::int64_t scratch[kPlanThreads];
+// Calls visit(span, chunks) for the units named in [first, last), in walk
+// order, until it returns true. Ends whatever the lengths or offsets hold:
+// every span ends past the unit it is asked for.
+template <typename Visit>
+__device__ void walk_segment(const UnitLayout& layout, std::int64_t first, std::int64_t last, Visit&& visit) {
+  for (UnitSpan span = first_owned_unit(layout, first, last); span.unit < last;) {
+    if (visit(span, chunks_for_length(unit_length(layout, span)))) return;
+    if (span.next >= last) return;
+    span = unit_containing(layout, span.next);
+  }
+}
+
+__device__ void write_entry(std::int32_t* schedule, std::int64_t worker, std::int64_t unit,
+                            std::int64_t chunk) {
+  schedule[2 * worker] = static_cast<std::int32_t>(unit);
+  schedule[2 * worker + 1] = static_cast<std::int32_t>(chunk);
+}
+
+// It also clears the operation's error record (RecordClear::by_first_kernel):
+// it is the operation's only kernel, one CTA that records nothing.
+__global__ void __launch_bounds__(kPlanThreads) plan_schedule_kernel(ScheduleProblem p, DeviceErrorRecord* record) {
+  // Per thread, the items of the segments up to its own within its warp;
+  // per warp, the items up to its own: the scan's two halves.
+  __shared__ std::int64_t warp_scanned[kPlanThreads];
+  __shared__ std::int64_t warp_ends[kPlanWarps];
   const UnitLayout layout = unit_layout(p);
   const std::int64_t units = layout.units;
   const std::int64_t workers = p.num_workers;
   const std::int64_t per_thread = (units + kPlanThreads - 1) / kPlanThreads;
-  const std::int64_t first = threadIdx.x * per_thread < units ? threadIdx.x * per_thread : units;
-  const std::int64_t last = first + per_thread < units ? first + per_thread : units;
-  const UnitSpan owned = first_owned_unit(layout, first, last);
+  const auto segment_first = [&](std::int64_t thread) {
+    return thread * per_thread < units ? thread * per_thread : units;
+  };
+  const auto segment_last = [&](std::int64_t thread) {
+    return segment_first(thread) + per_thread < units ? segment_first(thread) + per_thread : units;
+  };
 
-  // Each thread owns the units named in its segment [first, last).
+  enter_dependent_grid();
+  if (threadIdx.x == 0) clear_error_record(record);
   std::int64_t segment_items = 0;
-  for (UnitSpan span = owned; span.unit < last;) {
-    segment_items += chunks_for_length(unit_length(layout, span));
-    if (span.next >= last) break;
-    span = unit_containing(layout, span.next);
+  walk_segment(layout, segment_first(threadIdx.x), segment_last(threadIdx.x),
+               [&](const UnitSpan&, std::int64_t chunks) {
+                 segment_items += chunks;
+                 return false;
+               });
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const std::int64_t in_warp = warp_inclusive_sum(segment_items);
+  warp_scanned[threadIdx.x] = in_warp;
+  if (lane == 31) warp_ends[warp] = in_warp;
+  __syncthreads();
+  if (warp == 0) {
+    const std::int64_t scanned = warp_inclusive_sum(lane < kPlanWarps ? warp_ends[lane] : std::int64_t{0});
+    __syncwarp();
+    if (lane < kPlanWarps) warp_ends[lane] = scanned;
   }
-  std::int64_t total = 0;
-  std::int64_t before = block_exclusive_scan(segment_items, scratch, &total);
+  __syncthreads();
+  // Items of the segments of threads 0 .. thread.
+  const auto items_through = [&](std::int64_t thread) {
+    return warp_scanned[thread] + (thread >= 32 ? warp_ends[thread / 32 - 1] : 0);
+  };
+  const std::int64_t total = warp_ends[kPlanWarps - 1];
+  const std::int64_t segments = per_thread > 0 ? (units + per_thread - 1) / per_thread : 0;
 
   if (threadIdx.x == 0) write_entry(p.schedule, workers, units, kChunkTokens);
-  // Workers whose first item is item 0 start at (0, 0), the start of the
-  // walk, so that a schedule used with other lengths still covers everything.
-  for (std::int64_t w = threadIdx.x; w < workers && first_item_of(w, total, workers) == 0;
-       w += kPlanThreads) {
-    write_entry(p.schedule, w, 0, 0);
-  }
-  if (total == 0) return;
-  // The other workers start inside the unit holding their first item: unit u
-  // holds items [before, before + chunks), so it starts the workers w with
-  // before <= floor(w * total / workers) < before + chunks.
-  for (UnitSpan span = owned; span.unit < last;) {
-    const std::int64_t chunks = chunks_for_length(unit_length(layout, span));
-    if (chunks > 0) {
-      std::int64_t w = first_worker_at_or_after(before > 1 ? before : 1, total, workers);
-      const std::int64_t w_end = first_worker_at_or_after(before + chunks, total, workers);
-      for (; w < w_end; ++w) write_entry(p.schedule, w, span.unit, first_item_of(w, total, workers) - before);
+  const std::int64_t whole = total / workers, rest = total % workers;
+  for (std::int64_t w = threadIdx.x; w < workers; w += kPlanThreads) {
+    const std::int64_t item = first_item_of(w, whole, rest, workers);
+    // Item 0 is written (0, 0), the start of the walk, so that a schedule
+    // used with other lengths still covers everything.
+    if (item == 0) {
+      write_entry(p.schedule, w, 0, 0);
+      continue;
     }
-    before += chunks;
-    if (span.next >= last) break;
-    span = unit_containing(layout, span.next);
+    // The first segment whose items run past `item` (item < total, so one does).
+    std::int64_t low = 0, count = segments;
+    while (count > 0) {
+      const std::int64_t half = count / 2;
+      if (items_through(low + half) <= item) {
+        low += half + 1;
+        count -= half + 1;
+      } else {
+        count = half;
+      }
+    }
+    // Within it, the unit holding the item: the first whose items run past it.
+    std::int64_t before = low > 0 ? items_through(low - 1) : 0;
+    walk_segment(layout, segment_first(low), segment_last(low), [&](const UnitSpan& span, std::int64_t chunks) {
+      if (item < before + chunks) {
+        write_entry(p.schedule, w, span.unit, item - before);
+        return true;
+      }
+      before += chunks;
+      return false;
+    });
   }
 }
 
@@ -170,26 +199,18 @@ __global__ void __launch_bounds__(kPlanThreads) plan_schedule_kernel(SchedulePro
 
 Status context_lens(const LengthsProblem& p, const ExecContext& ctx) {
   if (p.varlen.offsets != nullptr) {
-    if (p.rows > 0) {
-      row_context_lens_kernel<<<grid_for(p.rows, kLengthThreads), kLengthThreads, 0, stream_of(ctx)>>>(
-          p, error_record(ctx));
-      DSA_CUDA_CHECK_LAUNCH("row_context_lens_kernel");
-    }
-    return Status::success();
+    if (p.rows == 0) return Status::success();
+    return launch_kernel("row_context_lens_kernel", row_context_lens_kernel,
+                         {grid_for(p.rows, kLengthThreads), kLengthThreads}, ctx, p, error_record(ctx));
   }
   const std::int64_t total = p.batch * p.next_n;
-  if (total > 0) {
-    context_lens_kernel<<<grid_for(total, kLengthThreads), kLengthThreads, 0, stream_of(ctx)>>>(
-        p, error_record(ctx));
-    DSA_CUDA_CHECK_LAUNCH("context_lens_kernel");
-  }
-  return Status::success();
+  if (total == 0) return Status::success();
+  return launch_kernel("context_lens_kernel", context_lens_kernel, {grid_for(total, kLengthThreads), kLengthThreads},
+                       ctx, p, error_record(ctx));
 }
 
 Status plan_schedule(const ScheduleProblem& p, const ExecContext& ctx) {
-  plan_schedule_kernel<<<1, kPlanThreads, 0, stream_of(ctx)>>>(p);
-  DSA_CUDA_CHECK_LAUNCH("plan_schedule_kernel");
-  return Status::success();
+  return launch_kernel("plan_schedule_kernel", plan_schedule_kernel, {1, kPlanThreads}, ctx, p, error_record(ctx));
 }
 
 }  // namespace dsa::detail::cuda

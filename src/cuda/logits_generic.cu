@@ -35,6 +35,7 @@
 #include "common/number_formats.hpp"
 #include "common/schedule_walk.hpp"
 #include "cuda/device_error.cuh"
+#include "cuda/grid_dependency.cuh"
 #include "cuda/launch_utils.hpp"
 #include "cuda/logits_generic.hpp"
 #include "cuda/request_offsets_check.cuh"
@@ -109,6 +110,7 @@ __device__ SharedViews carve_shared(unsigned char* base, const SharedLayout& lay
 // [0, max_context_len), or (clean_logits) fill [L, max_context_len) with -inf.
 __global__ void __launch_bounds__(kRowThreads) logits_rows_kernel(LogitsProblem p,
                                                                   DeviceErrorRecord* record) {
+  enter_dependent_grid();
   const std::int64_t rows = p.batch * p.next_n;
   for (std::int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const std::int64_t b = row / p.next_n;
@@ -391,6 +393,7 @@ __global__ void __launch_bounds__(kThreads) generic_logits_kernel(LogitsProblem 
   const SharedLayout layout{p.head_dim, head_tile, key_scale_blocks(p)};
   const SharedViews s = carve_shared(shared_bytes, layout);
   const UnitLayout units = unit_layout(p);
+  enter_dependent_grid();
   if (threadIdx.x == 0) {
     check_schedule_share(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, units.units, record);
   }
@@ -415,10 +418,8 @@ bool aligned16(const void* pointer) { return reinterpret_cast<std::uintptr_t>(po
 Status launch_logits_row_rules(const LogitsProblem& p, const ExecContext& ctx) {
   const std::int64_t rows = p.rows();
   if (rows == 0) return Status::success();
-  logits_rows_kernel<<<grid_for(rows, 1, 1u << 16), kRowThreads, 0, stream_of(ctx)>>>(
-      p, error_record(ctx));
-  DSA_CUDA_CHECK_LAUNCH("logits_rows_kernel");
-  return Status::success();
+  return launch_kernel("logits_rows_kernel", logits_rows_kernel, {grid_for(rows, 1, 1u << 16), kRowThreads}, ctx,
+                       p, error_record(ctx));
 }
 
 }  // namespace
@@ -455,10 +456,9 @@ Status generic::paged_mqa_logits(const LogitsProblem& p, const ExecContext& ctx)
   const std::size_t shared_bytes = layout.total();
   DSA_CUDA_CHECK(cudaFuncSetAttribute(generic_logits_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       static_cast<int>(shared_bytes)));
-  generic_logits_kernel<<<static_cast<unsigned>(p.num_workers), kThreads, shared_bytes,
-                          stream_of(ctx)>>>(p, layout.head_tile, error_record(ctx));
-  DSA_CUDA_CHECK_LAUNCH("generic_logits_kernel");
-  return Status::success();
+  return launch_kernel("generic_logits_kernel", generic_logits_kernel,
+                       {static_cast<unsigned>(p.num_workers), kThreads, shared_bytes}, ctx, p, layout.head_tile,
+                       error_record(ctx));
 }
 
 }  // namespace dsa::detail::cuda

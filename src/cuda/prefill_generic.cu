@@ -20,6 +20,7 @@
 #include "common/logit_rules.hpp"
 #include "common/number_formats.hpp"
 #include "cuda/device_error.cuh"
+#include "cuda/grid_dependency.cuh"
 #include "cuda/launch_utils.hpp"
 #include "cuda/logits_generic.hpp"
 
@@ -91,6 +92,7 @@ __device__ float score_key(const MqaLogitsProblem& p, std::int64_t row, std::int
 }
 
 __global__ void __launch_bounds__(kThreads) mqa_logits_kernel(MqaLogitsProblem p, DeviceErrorRecord* record) {
+  enter_dependent_grid();
   const std::int64_t width = p.width();
   for (std::int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
     const KeyRange range = mqa_key_range(p, row);
@@ -119,9 +121,7 @@ Status mqa_logits(const MqaLogitsProblem& p, const ExecContext& ctx) {
   if (p.rows == 0) return Status::success();
   // At least one block per row even without columns: it records the row's violations.
   const dim3 grid(grid_for(p.rows, 1, kMaxRowBlocks), grid_for(p.width(), kThreads, kMaxColumnBlocks));
-  mqa_logits_kernel<<<grid, kThreads, 0, stream_of(ctx)>>>(p, error_record(ctx));
-  DSA_CUDA_CHECK_LAUNCH("mqa_logits_kernel");
-  return Status::success();
+  return launch_kernel("mqa_logits_kernel", mqa_logits_kernel, {grid, kThreads}, ctx, p, error_record(ctx));
 }
 
 }  // namespace dsa::detail::cuda::generic

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend.hpp"
+#include "cuda/grid_dependency.cuh"
 #include "cuda/launch_utils.hpp"
 #include "cuda/quantization.cuh"
 
@@ -17,6 +18,7 @@ constexpr int kQuantizeThreads = 256;
 constexpr int kVectorsPerBlock = kQuantizeThreads / kWarpSize;
 
 __global__ void __launch_bounds__(kQuantizeThreads) quantize_queries_kernel(QuantizeQueriesProblem p) {
+  enter_dependent_grid();
   const int lane = threadIdx.x % kWarpSize;
   const std::int64_t vectors = p.batch * p.next_n * p.heads;
   const std::size_t q_element = p.q_dtype == DType::bfloat16 ? 2 : 4;
@@ -50,12 +52,9 @@ __global__ void __launch_bounds__(kQuantizeThreads) quantize_queries_kernel(Quan
 
 Status quantize_queries(const QuantizeQueriesProblem& p, const ExecContext& ctx) {
   const std::int64_t vectors = p.batch * p.next_n * p.heads;
-  if (vectors > 0) {
-    quantize_queries_kernel<<<grid_for(vectors, kVectorsPerBlock), kQuantizeThreads, 0,
-                              stream_of(ctx)>>>(p);
-    DSA_CUDA_CHECK_LAUNCH("quantize_queries_kernel");
-  }
-  return Status::success();
+  if (vectors == 0) return Status::success();
+  return launch_kernel("quantize_queries_kernel", quantize_queries_kernel,
+                       {grid_for(vectors, kVectorsPerBlock), kQuantizeThreads}, ctx, p);
 }
 
 }  // namespace dsa::detail::cuda

@@ -7,6 +7,7 @@
 #include "backend.hpp"
 #include "common/cache_format.hpp"
 #include "cuda/device_error.cuh"
+#include "cuda/grid_dependency.cuh"
 #include "cuda/launch_utils.hpp"
 #include "cuda/quantization.cuh"
 
@@ -19,6 +20,7 @@ constexpr int kTokensPerBlock = kStoreThreads / kWarpSize;
 
 __global__ void __launch_bounds__(kStoreThreads) store_keys_kernel(StoreKeysProblem p,
                                                                    DeviceErrorRecord* record) {
+  enter_dependent_grid();
   const int lane = threadIdx.x % kWarpSize;
   const std::int64_t num_slots = cache_slots(p.cache);
   for (std::int64_t token = blockIdx.x * std::int64_t{kTokensPerBlock} + threadIdx.x / kWarpSize;
@@ -50,12 +52,9 @@ __global__ void __launch_bounds__(kStoreThreads) store_keys_kernel(StoreKeysProb
 }  // namespace
 
 Status store_index_keys(const StoreKeysProblem& p, const ExecContext& ctx) {
-  if (p.num_tokens > 0) {
-    store_keys_kernel<<<grid_for(p.num_tokens, kTokensPerBlock), kStoreThreads, 0, stream_of(ctx)>>>(
-        p, error_record(ctx));
-    DSA_CUDA_CHECK_LAUNCH("store_keys_kernel");
-  }
-  return Status::success();
+  if (p.num_tokens == 0) return Status::success();
+  return launch_kernel("store_keys_kernel", store_keys_kernel, {grid_for(p.num_tokens, kTokensPerBlock), kStoreThreads},
+                       ctx, p, error_record(ctx));
 }
 
 }  // namespace dsa::detail::cuda

@@ -13,6 +13,7 @@
 
 #include "backend.hpp"
 #include "common/device_error.hpp"
+#include "cuda/grid_dependency.cuh"
 #include "cuda/launch_utils.hpp"
 #include "cuda/topk/row_select.cuh"
 
@@ -50,6 +51,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
   const auto row_of = [&] {
     return std::int64_t{blockIdx.x / static_cast<unsigned>(args.group_size)};
   };
+  enter_dependent_grid();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   topk_impl::select_row<Bits, topk_impl::BlockCluster>(args, row_of, storage);
 #else
@@ -66,6 +68,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerMultiprocessor)
     topk_block_kernel(TopkArgs args) {
   extern __shared__ __align__(16) unsigned char shared_base[];
   auto& storage = *reinterpret_cast<SharedStorage*>(shared_base);
+  enter_dependent_grid();
   const int second_wave = args.second_wave;
   const bool ordered = second_wave > 0 && static_cast<int>(blockIdx.x) >= second_wave;
   if (ordered) {
@@ -111,21 +114,20 @@ int cluster_size_for(const TopkProblem& p, int device) {
 }
 
 template <typename Bits>
-Status launch_topk_kernels(const TopkProblem& p, TopkArgs args, cudaStream_t stream, int device) {
+Status launch_topk_kernels(const TopkProblem& p, TopkArgs args, const ExecContext& ctx) {
   constexpr std::size_t kSharedBytes = sizeof(SharedStorage);
+  const int device = p.device.index;
   int cluster_size = cluster_size_for(p, device);
   if (cluster_size > 1) {
     auto kernel = topk_cluster_kernel<Bits>;
     DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(kSharedBytes)));
+    // The configuration the occupancy query weighs; launch_kernel launches it.
     cudaLaunchConfig_t config{};
     config.blockDim = dim3(kThreads);
     config.dynamicSmemBytes = kSharedBytes;
-    config.stream = stream;
+    config.stream = stream_of(ctx);
     cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = 1;
     config.attrs = &attribute;
     config.numAttrs = 1;
     // Rows are short work each, so a second wave of clusters would nearly
@@ -137,7 +139,7 @@ Status launch_topk_kernels(const TopkProblem& p, TopkArgs args, cudaStream_t str
     cudaError_t occupancy = cudaSuccess;
     for (;;) {
       config.gridDim = dim3(static_cast<unsigned>(p.rows * cluster_size));
-      attribute.val.clusterDim.x = static_cast<unsigned>(cluster_size);
+      attribute = cluster_attribute(static_cast<unsigned>(cluster_size));
       occupancy = cudaOccupancyMaxActiveClusters(&active_clusters, kernel, &config);
       if (occupancy != cudaSuccess) {
         cudaGetLastError();
@@ -149,8 +151,9 @@ Status launch_topk_kernels(const TopkProblem& p, TopkArgs args, cudaStream_t str
     // Shrunk clusters may no longer pay; a partitioned GPU may hold none.
     if (split_pays(p, cluster_size) && (occupancy != cudaSuccess || active_clusters > 0)) {
       args.group_size = cluster_size;
-      DSA_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, args));
-      return Status::success();
+      return launch_kernel("topk_cluster_kernel", kernel,
+                           {config.gridDim, config.blockDim, kSharedBytes, static_cast<unsigned>(cluster_size)}, ctx,
+                           args);
     }
   }
   args.group_size = 1;
@@ -163,9 +166,7 @@ Status launch_topk_kernels(const TopkProblem& p, TopkArgs args, cudaStream_t str
       args.second_wave = static_cast<int>(first_wave);
     }
   }
-  kernel<<<static_cast<unsigned>(p.rows), kThreads, kSharedBytes, stream>>>(args);
-  DSA_CUDA_CHECK_LAUNCH("topk_block_kernel");
-  return Status::success();
+  return launch_kernel("topk_block_kernel", kernel, {static_cast<unsigned>(p.rows), kThreads, kSharedBytes}, ctx, args);
 }
 
 }  // namespace
@@ -175,9 +176,8 @@ std::size_t topk_workspace_bytes() { return kDeviceErrorRecordBytes; }
 Status topk(const TopkProblem& p, const ExecContext& ctx) {
   if (p.rows == 0) return Status::success();
   const TopkArgs args = topk_impl::topk_args(p, error_record(ctx));
-  return p.logits_dtype == DType::bfloat16
-             ? launch_topk_kernels<std::uint16_t>(p, args, stream_of(ctx), p.device.index)
-             : launch_topk_kernels<std::uint32_t>(p, args, stream_of(ctx), p.device.index);
+  return p.logits_dtype == DType::bfloat16 ? launch_topk_kernels<std::uint16_t>(p, args, ctx)
+                                           : launch_topk_kernels<std::uint32_t>(p, args, ctx);
 }
 
 }  // namespace dsa::detail::cuda

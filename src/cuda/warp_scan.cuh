@@ -31,11 +31,12 @@ __device__ __forceinline__ T warp_sum(T value) {
 }
 
 // Sum of `value` over this lane and the lanes below it; the whole warp calls it.
-__device__ inline int warp_inclusive_sum(int value) {
+template <typename T>
+__device__ inline T warp_inclusive_sum(T value) {
   const int lane = static_cast<int>(threadIdx.x) & 31;
 #pragma unroll
   for (int offset = 1; offset < 32; offset <<= 1) {
-    const int other = __shfl_up_sync(0xffffffffu, value, offset);
+    const T other = __shfl_up_sync(0xffffffffu, value, offset);
     if (lane >= offset) value += other;
   }
   return value;

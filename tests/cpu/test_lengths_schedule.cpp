@@ -143,6 +143,23 @@ TEST_P(ScheduleTest, AutomaticPathPlansForTheResolvedPath) {
   }
 }
 
+// programmatic_dependent_launch is off by default and concerns CUDA
+// launches alone: the CPU backends plan the same schedule with it.
+TEST_P(ScheduleTest, ProgrammaticDependentLaunchLeavesCpuPlansAlone) {
+  EXPECT_FALSE(dsa::ExecContext{}.programmatic_dependent_launch);
+  const dsa::ExecContext plain = cpu_context(GetParam());
+  dsa::ExecContext overlapped = plain;
+  overlapped.programmatic_dependent_launch = true;
+  Rng rng(12);
+  const std::vector<std::int32_t> lens = random_lens(rng, 9, 3, 1);
+  for (const dsa::LogitsPath path : {dsa::LogitsPath::native, dsa::LogitsPath::per_token}) {
+    Schedule want, got;
+    DSA_ASSERT_OK(plan(lens, 9, 3, 7, path, plain, &want));
+    DSA_ASSERT_OK(plan(lens, 9, 3, 7, path, overlapped, &got));
+    EXPECT_EQ(got.entries, want.entries);
+  }
+}
+
 TEST(ScheduleQueries, PathsResolveToThemselvesAndWorkersFollowThreads) {
   for (const dsa::Backend backend : cpu_backends()) {
     const dsa::ExecContext ctx = cpu_context(backend, 3);

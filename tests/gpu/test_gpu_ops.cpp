@@ -219,11 +219,13 @@ TEST(GpuContextLens, NegativeInputIsRecorded) {
 
 // ---- plan_schedule ----------------------------------------------------------
 
-// The device planner writes exactly the host plan.
+// The device planner writes exactly the host plan: for one unit per planner
+// thread and fewer (1025 units), many units per thread (100000), one request
+// for many workers, and more workers than planner threads (2500).
 TEST(GpuPlanSchedule, MatchesHostPlan) {
   DSA_REQUIRE_GPU();
   Rng rng(3);
-  const std::int64_t batches[] = {0, 1, 5, 333, 30000};
+  const std::int64_t batches[] = {0, 1, 5, 333, 1025, 30000, 100000};
   for (const std::int64_t batch : batches) {
     for (int next_n : {1, 2, 4, 7}) {
       if (batch * next_n > 60000 && next_n > 2) continue;
@@ -232,7 +234,7 @@ TEST(GpuPlanSchedule, MatchesHostPlan) {
       for (std::size_t i = 0; i < lens.size(); ++i) lens[i] = i % 5 == 0 ? 0 : length(rng);
       if (!lens.empty()) lens[0] = 0;  // an empty first unit
       const dsa::DeviceBuffer lens_device = device_copy(lens.empty() ? std::vector<std::int32_t>{0} : lens);
-      for (int workers : {1, 3, 132, 1000}) {
+      for (int workers : {1, 3, 132, 1000, 2500}) {
         for (dsa::LogitsPath path : {dsa::LogitsPath::native, dsa::LogitsPath::per_token}) {
           std::vector<std::int32_t> host(static_cast<std::size_t>(2 * (workers + 1)), -5);
           dsa::ExecContext cpu;
@@ -267,6 +269,45 @@ TEST(GpuPlanSchedule, MatchesHostPlan) {
           }
           EXPECT_EQ(covered, total);
         }
+      }
+    }
+  }
+}
+
+// With request_offsets (row tiles of kVarlenRowTile rows named by their
+// first row): few rows for many workers, and many rows of requests from 0 to
+// 40 rows, so that planner segments start inside row tiles.
+TEST(GpuPlanSchedule, MatchesHostPlanWithRequestOffsets) {
+  DSA_REQUIRE_GPU();
+  Rng rng(11);
+  for (const std::int64_t requests : {1, 3, 700, 20000}) {
+    std::vector<std::int32_t> offsets{0};
+    std::uniform_int_distribution<int> rows_of(0, requests == 1 ? 12 : 40);
+    for (std::int64_t b = 0; b < requests; ++b) offsets.push_back(offsets.back() + rows_of(rng));
+    const std::int64_t rows = offsets.back();
+    std::vector<std::int32_t> lens(static_cast<std::size_t>(rows));
+    std::uniform_int_distribution<std::int32_t> length(0, 5000);
+    for (std::size_t i = 0; i < lens.size(); ++i) lens[i] = i % 7 == 3 ? 0 : length(rng);
+    const dsa::DeviceBuffer lens_device = device_copy(lens.empty() ? std::vector<std::int32_t>{0} : lens);
+    const dsa::DeviceBuffer offsets_device = device_copy(offsets);
+    lens.reserve(1);
+    for (int workers : {1, 7, 132, 1000, 2500}) {
+      for (dsa::LogitsPath path : {dsa::LogitsPath::native, dsa::LogitsPath::per_token}) {
+        std::vector<std::int32_t> host(static_cast<std::size_t>(2 * (workers + 1)), -5);
+        dsa::ExecContext cpu;
+        cpu.backend = Backend::cpu_reference;
+        DSA_GPU_ASSERT_OK(dsa::plan_schedule(dsa::make_view(lens.data(), DType::int32, {rows}), workers, path,
+                                             dsa::make_view(host.data(), DType::int32, {workers + 1, 2}), cpu,
+                                             dsa::make_view(offsets.data(), DType::int32, {requests + 1})));
+        GpuContext gpu(Backend::cuda_generic, 0);
+        gpu.ctx.check_device_errors = true;
+        const dsa::DeviceBuffer schedule = device_filled(host.size() * 4, 0xFF);
+        DSA_GPU_ASSERT_OK(dsa::plan_schedule(device_view(lens_device, DType::int32, {rows}), workers, path,
+                                             device_view(schedule, DType::int32, {workers + 1, 2}), gpu.ctx,
+                                             device_view(offsets_device, DType::int32, {requests + 1})));
+        ASSERT_EQ(host_copy<std::int32_t>(schedule), host)
+            << "requests " << requests << " rows " << rows << " workers " << workers << " "
+            << dsa::logits_path_name(path);
       }
     }
   }

@@ -270,6 +270,19 @@ def test_paged_mqa_logits_backends_agree(rng):
     np.testing.assert_array_equal(again, threaded)  # bitwise deterministic
 
 
+def test_pdl_keyword_reaches_the_context_and_changes_no_result(rng):
+    """pdl sets ExecContext::programmatic_dependent_launch, which only CUDA launches read."""
+    assert dsa._eager.make_context(np.zeros(1), pdl=True).programmatic_dependent_launch
+    assert not dsa._eager.make_context(np.zeros(1)).programmatic_dependent_launch
+    p = scoring_problem(rng, next_n=2)
+    args = (p["q"], p["cache"], p["weights"], p["lens"], p["table"], p["max_len"])
+    plain = dsa.paged_mqa_logits(*args, clean_logits=True)
+    np.testing.assert_array_equal(dsa.paged_mqa_logits(*args, clean_logits=True, pdl=True), plain)
+    lens = p["lens"].reshape(-1)
+    np.testing.assert_array_equal(dsa.topk(plain, lens, 50, sorted=True, pdl=True),
+                                  dsa.topk(plain, lens, 50, sorted=True))
+
+
 def test_paged_mqa_logits_repeated_block_table_view(rng):
     next_n = 3
     p = scoring_problem(rng, next_n=next_n)

@@ -425,6 +425,38 @@ def indexer_step(prefix, q, cache, weights, table, max_len, next_n, k):
     return logits, dsa.topk(logits, lens.reshape(-1), k, sorted=True)
 
 
+def test_pdl_gives_bitwise_the_same_step(rng):
+    """pdl=True (programmatic dependent launch) on every call of a step, eagerly and captured in
+    a CUDA graph, against the same calls without it."""
+    next_n, k = 3, 256
+    p = scoring_problem(rng, next_n=next_n, max_prefix=6000)
+
+    def step(pdl):
+        lens = dsa.causal_context_lens(p["prefix"], next_n, pdl=pdl)
+        schedule = dsa.plan_schedule(lens, pdl=pdl)
+        logits = dsa.paged_mqa_logits(*args_of(dict(p, lens=lens)), schedule, clean_logits=True,
+                                      pdl=pdl)
+        flat = lens.reshape(-1)
+        return (lens, schedule, logits, dsa.topk(logits, flat, k, sorted=True, pdl=pdl),
+                dsa.index_topk(*args_of(dict(p, lens=lens)), k, sorted=True, schedule=schedule,
+                               pdl=pdl))
+
+    plain = step(False)
+    torch.cuda.synchronize()
+    assert_logits_close(plain[2], *reference_of(p))
+    for outputs in (step(True), step(True)):
+        torch.cuda.synchronize()
+        for got, want in zip(outputs, plain):
+            assert torch.equal(got, want)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step(True)
+    graph.replay()
+    torch.cuda.synchronize()
+    for got, want in zip(captured, plain):
+        assert torch.equal(got, want)
+
+
 def test_custom_ops_under_torch_compile(rng):
     next_n = 3
     p = scoring_problem(rng, next_n=next_n)

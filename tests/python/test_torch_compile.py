@@ -354,7 +354,7 @@ def test_execution_keywords_reach_the_library(monkeypatch, backend):
 
     monkeypatch.setattr(_eager, "make_context", recording_make_context)
     given = dict(backend="cpu", stream=12345, num_threads=2, reference_float64=True,
-                 check_device_errors=True)
+                 check_device_errors=True, pdl=True)
     assert set(given) == set(EXECUTION)
     p = problem()
     calls = [

@@ -80,8 +80,10 @@ struct PointResult : Problems {
   double index_topk_host_s = kNotMeasured;
   double fused_s = kNotMeasured;  // index_topk with the fused strategy
   // One decode step (lengths -> schedule -> logits -> top-k as cache slots)
-  // replayed as a CUDA graph, and the same calls timed one by one.
+  // replayed as a CUDA graph, the same graph captured with programmatic
+  // dependent launch, and the same calls timed one by one.
   double step_s = kNotMeasured;
+  double step_pdl_s = kNotMeasured;
   double lengths_s = kNotMeasured;
   double plan_s = kNotMeasured;
   double topk_slots_s = kNotMeasured;
@@ -145,8 +147,10 @@ dsa::Status prepare_point(const Bench& bench, const WorkloadShape& shape, const 
 
 // The step an engine replays each layer of a decode step, on the native
 // path: its calls one by one, then the whole step as CUDA-graph replays (a
-// graph per rotated cache, so the replays read memory as the calls did).
-// The difference between the two is what launches and gaps cost.
+// graph per rotated cache, so the replays read memory as the calls did),
+// captured without and with programmatic dependent launch. The difference
+// between the calls and the graph is what launches and gaps cost; the
+// second graph shows how much of the gaps the overlap hides.
 void measure_step(const Bench& bench, const Pipeline& pipeline, const Rotation& caches, PointResult* result) {
   const dsa::ExecContext& ctx = bench.ctx;
   result->lengths_s = timed_or_note(bench, "lengths", [&](int) { return pipeline.run_lengths(ctx); }, result);
@@ -156,23 +160,29 @@ void measure_step(const Bench& bench, const Pipeline& pipeline, const Rotation& 
   result->topk_slots_s = timed_or_note(bench, "topk slots", [&](int) {
     return pipeline.run_topk(pipeline.logits_view(), ctx, true);
   }, result);
-  std::vector<CapturedGraph> steps(static_cast<std::size_t>(caches.size()));
-  for (int set = 0; set < caches.size(); ++set) {
-    const dsa::Status captured = CapturedGraph::capture(ctx.stream, [&]() -> dsa::Status {
-      DSA_RETURN_IF_ERROR(pipeline.run_lengths(ctx));
-      DSA_RETURN_IF_ERROR(pipeline.run_plan(dsa::LogitsPath::native, pipeline.schedule, ctx));
-      DSA_RETURN_IF_ERROR(pipeline.run_logits(dsa::LogitsPath::native, pipeline.schedule,
-                                              pipeline.cache_view_of(caches.at(set)), ctx));
-      return pipeline.run_topk(pipeline.logits_view(), ctx, true);
-    }, &steps[static_cast<std::size_t>(set)]);
-    if (!captured.ok()) {
-      result->note("step graph: " + captured.to_string());
-      return;
+  const auto graph_time = [&](bool overlap, const char* what) {
+    dsa::ExecContext step_ctx = ctx;
+    step_ctx.programmatic_dependent_launch = overlap;
+    std::vector<CapturedGraph> steps(static_cast<std::size_t>(caches.size()));
+    for (int set = 0; set < caches.size(); ++set) {
+      const dsa::Status captured = CapturedGraph::capture(step_ctx.stream, [&]() -> dsa::Status {
+        DSA_RETURN_IF_ERROR(pipeline.run_lengths(step_ctx));
+        DSA_RETURN_IF_ERROR(pipeline.run_plan(dsa::LogitsPath::native, pipeline.schedule, step_ctx));
+        DSA_RETURN_IF_ERROR(pipeline.run_logits(dsa::LogitsPath::native, pipeline.schedule,
+                                                pipeline.cache_view_of(caches.at(set)), step_ctx));
+        return pipeline.run_topk(pipeline.logits_view(), step_ctx, true);
+      }, &steps[static_cast<std::size_t>(set)]);
+      if (!captured.ok()) {
+        result->note(std::string(what) + ": " + captured.to_string());
+        return kNotMeasured;
+      }
     }
-  }
-  result->step_s = timed_or_note(bench, "step graph", [&](int run) {
-    return steps[static_cast<std::size_t>(run) % steps.size()].replay(ctx.stream);
-  }, result);
+    return timed_or_note(bench, what, [&](int run) {
+      return steps[static_cast<std::size_t>(run) % steps.size()].replay(ctx.stream);
+    }, result);
+  };
+  result->step_s = graph_time(false, "step graph");
+  result->step_pdl_s = graph_time(true, "step graph with PDL");
 }
 
 WorkloadShape grid_shape(const GridPoint& point, const Options& options, std::uint64_t seed) {
@@ -584,6 +594,8 @@ Json point_json(const PointResult& r) {
   entry.set("topk_slots_us", r.topk_slots_s * 1e6);
   entry.set("step_parts_us", r.step_parts_s() * 1e6);
   entry.set("step_graph_us", r.step_s * 1e6);
+  entry.set("step_graph_pdl_us", r.step_pdl_s * 1e6);
+  entry.set("step_graph_pdl_over_logits", r.step_pdl_s / r.native_s);
   entry.set("path_max_relative_difference", r.path_difference);
   entry.set("rotating_input_sets", r.rotation);
   entry.set("ok", r.problems.empty());
@@ -609,15 +621,16 @@ void print_grid_table(std::FILE* out, const std::vector<PointResult>& results, b
 }
 
 void print_step_table(std::FILE* out, const std::vector<PointResult>& results) {
-  std::fprintf(out, "%5s %5s %2s | %8s %8s %9s %9s %9s | %9s %9s %8s\n", "B", "ctx", "n", "lengths", "plan",
-               "logits", "topk slots", "sum us", "graph us", "/sum", "/logits");
+  std::fprintf(out, "%5s %5s %2s | %8s %8s %9s %9s %9s | %9s %9s %8s | %9s %8s\n", "B", "ctx", "n", "lengths", "plan",
+               "logits", "topk slots", "sum us", "graph us", "/sum", "/logits", "pdl us", "/logits");
   for (const PointResult& r : results) {
-    std::fprintf(out, "%5lld %5s %2d | %8s %8s %9s %9s %9s | %9s %9s %8s\n", static_cast<long long>(r.point.batch),
-                 context_label(r.point.avg_context).c_str(), r.point.next_n, microseconds(r.lengths_s).c_str(),
-                 microseconds(r.plan_s).c_str(), microseconds(r.native_s).c_str(),
+    std::fprintf(out, "%5lld %5s %2d | %8s %8s %9s %9s %9s | %9s %9s %8s | %9s %8s\n",
+                 static_cast<long long>(r.point.batch), context_label(r.point.avg_context).c_str(), r.point.next_n,
+                 microseconds(r.lengths_s).c_str(), microseconds(r.plan_s).c_str(), microseconds(r.native_s).c_str(),
                  microseconds(r.topk_slots_s).c_str(), microseconds(r.step_parts_s()).c_str(),
                  microseconds(r.step_s).c_str(), ratio(r.step_s, r.step_parts_s()).c_str(),
-                 ratio(r.step_s, r.native_s).c_str());
+                 ratio(r.step_s, r.native_s).c_str(), microseconds(r.step_pdl_s).c_str(),
+                 ratio(r.step_pdl_s, r.native_s).c_str());
   }
 }
 
@@ -799,7 +812,8 @@ int gpu_bench(const Options& options, const Target& target, std::FILE* text, Jso
                        "host = the host's time per native call (validation and enqueue); speedup = per-token / native\n");
     print_grid_table(text, results, true);
     std::fprintf(text, "\ndecode step on the native path (lengths -> schedule -> logits -> top-k as cache slots, "
-                       "k=%d): each call timed alone, their sum, and the whole step replayed as a CUDA graph\n",
+                       "k=%d): each call timed alone, their sum, and the whole step replayed as a CUDA graph, "
+                       "without and with programmatic dependent launch (pdl)\n",
                  options.k);
     print_step_table(text, results);
   }

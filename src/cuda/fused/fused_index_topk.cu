@@ -13,6 +13,7 @@
 #include "cuda/fused/hopper_passes.hpp"
 #include "cuda/fused/list_select.cuh"
 #include "cuda/fused/row_samples.hpp"
+#include "cuda/grid_dependency.cuh"
 #include "cuda/index_topk_selection.cuh"
 #include "cuda/launch_utils.hpp"
 #include "cuda/warp_scan.cuh"
@@ -123,6 +124,7 @@ __global__ void __launch_bounds__(kThresholdThreads)
   __shared__ ThresholdStorage storage;
   const std::int64_t row = blockIdx.x;
   const int thread = static_cast<int>(threadIdx.x);
+  enter_dependent_grid();
   for (std::int64_t i = row * kThresholdThreads + thread; i < counts_to_clear;
        i += std::int64_t{gridDim.x} * kThresholdThreads) {
     counts[i] = 0;
@@ -205,6 +207,7 @@ FusedPlan plan_fused_workspace(std::int64_t rows, std::int64_t max_context_len, 
 __global__ void __launch_bounds__(topk_impl::kThreads, 2)
     select_listed_kernel(topk_impl::TopkArgs args, CandidateLists lists, const std::int32_t* schedule,
                          int workers, const std::int32_t* run_if, std::int32_t* short_rows) {
+  enter_dependent_grid();
   if (run_if != nullptr && *run_if == 0) return;
   extern __shared__ __align__(16) unsigned char shared_base[];
   auto& storage = *reinterpret_cast<topk_impl::ListedStorage*>(shared_base);
@@ -225,14 +228,13 @@ __global__ void __launch_bounds__(topk_impl::kThreads, 2)
 
 Status launch_select_listed(const topk_impl::TopkArgs& args, const CandidateLists& lists,
                             const LogitsProblem& p, const std::int32_t* run_if,
-                            std::int32_t* short_rows, cudaStream_t stream) {
+                            std::int32_t* short_rows, const ExecContext& ctx) {
   constexpr int kSharedBytes = sizeof(topk_impl::ListedStorage);
   DSA_CUDA_CHECK(cudaFuncSetAttribute(select_listed_kernel,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
-  select_listed_kernel<<<static_cast<unsigned>(p.rows()), topk_impl::kThreads, kSharedBytes, stream>>>(
-      args, lists, p.schedule, p.num_workers, run_if, short_rows);
-  DSA_CUDA_CHECK_LAUNCH("select_listed_kernel");
-  return Status::success();
+  return launch_kernel("select_listed_kernel", select_listed_kernel,
+                       {static_cast<unsigned>(p.rows()), topk_impl::kThreads, kSharedBytes}, ctx, args, lists,
+                       p.schedule, p.num_workers, run_if, short_rows);
 }
 
 }  // namespace
@@ -243,7 +245,6 @@ Status fused_index_topk(const IndexTopkProblem& p, const ExecContext& ctx) {
   const FusedPlan plan =
       plan_fused_workspace(rows, p.logits.max_context_len, p.logits.num_workers, p.logits.rows_per_unit());
   unsigned char* workspace = static_cast<unsigned char*>(ctx.workspace.data);
-  const cudaStream_t stream = stream_of(ctx);
   auto* lengths = reinterpret_cast<std::int32_t*>(workspace + plan.lengths_offset);
   auto* counts = reinterpret_cast<std::int32_t*>(workspace + plan.counts_offset);
   std::int32_t* short_rows = counts + plan.counts;  // the flag
@@ -257,10 +258,10 @@ Status fused_index_topk(const IndexTopkProblem& p, const ExecContext& ctx) {
     DSA_RETURN_IF_ERROR(hopper::paged_mqa_samples(p.logits, samples, ctx));
   }
   // A list no worker writes reads as empty: the counts (and the flag) start at 0.
-  sample_thresholds_kernel<<<static_cast<unsigned>(rows), kThresholdThreads, 0, stream>>>(
-      p.logits, p.topk_lens, p.topk_lens_stride, p.k, samples, lengths, floors, counts,
-      plan.counts + 1, error_record(ctx));
-  DSA_CUDA_CHECK_LAUNCH("sample_thresholds_kernel");
+  DSA_RETURN_IF_ERROR(launch_kernel("sample_thresholds_kernel", sample_thresholds_kernel,
+                                    {static_cast<unsigned>(rows), kThresholdThreads}, ctx, p.logits, p.topk_lens,
+                                    p.topk_lens_stride, p.k, samples, lengths, floors, counts, plan.counts + 1,
+                                    error_record(ctx)));
 
   hopper::CandidateSelection selection;
   selection.lengths = lengths;
@@ -276,14 +277,14 @@ Status fused_index_topk(const IndexTopkProblem& p, const ExecContext& ctx) {
   const topk_impl::TopkArgs args =
       topk_impl::topk_args(selection_problem(p, lengths, nullptr, 0), error_record(ctx));
   DSA_RETURN_IF_ERROR(launch_select_listed(args, selection.lists, p.logits, nullptr,
-                                           sampled ? short_rows : nullptr, stream));
+                                           sampled ? short_rows : nullptr, ctx));
   if (!sampled) return Status::success();
 
   // Rows the thresholds left short: everything again, without them.
   selection.floors = nullptr;
   selection.run_if = short_rows;
   DSA_RETURN_IF_ERROR(hopper::paged_mqa_candidates(p.logits, selection, ctx));
-  return launch_select_listed(args, selection.lists, p.logits, short_rows, nullptr, stream);
+  return launch_select_listed(args, selection.lists, p.logits, short_rows, nullptr, ctx);
 }
 
 std::size_t fused_index_topk_workspace_bytes(std::int64_t rows, std::int64_t max_context_len,

@@ -46,10 +46,8 @@ Status launch_samples(const LogitsKernelParams& params, int device, const RowSam
       units, tiles, resident_blocks(kernel, kSampleThreads, Layout::launch_bytes, device));
   const dim3 grid(static_cast<unsigned>(units),
                   static_cast<unsigned>(std::max(1, (tiles + tiles_per_cta - 1) / tiles_per_cta)));
-  kernel<<<grid, kSampleThreads, Layout::launch_bytes, stream_of(ctx)>>>(params, samples,
-                                                                         tiles_per_cta, query_map);
-  DSA_CUDA_CHECK_LAUNCH("sample_scores_kernel");
-  return Status::success();
+  return launch_kernel("sample_scores_kernel", kernel, {grid, kSampleThreads, Layout::launch_bytes}, ctx, params,
+                       samples, tiles_per_cta, query_map);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 
 #include "cuda/fused/hopper_passes.hpp"
 #include "cuda/fused/row_samples.hpp"
+#include "cuda/grid_dependency.cuh"
 #include "cuda/hopper/logits_sm90_kernel.cuh"
 
 namespace dsa::detail::cuda::hopper {
@@ -99,6 +100,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   auto* weights = reinterpret_cast<float*>(smem + Layout::weights);
   auto* tile_logits = reinterpret_cast<float*>(smem + Layout::tile_logits);
   const int thread = static_cast<int>(threadIdx.x);
+  enter_dependent_grid();
 
   const UnitRows rows = unit_rows(p, blockIdx.x);
   const std::int64_t first_row = rows.first_row;

@@ -40,6 +40,7 @@
 #include "cuda/device_error.cuh"
 #include "cuda/fused/candidate_lists.hpp"
 #include "cuda/fused/candidate_select.cuh"
+#include "cuda/grid_dependency.cuh"
 #include "cuda/hopper/ptx.cuh"
 #include "cuda/request_offsets_check.cuh"
 #include "cuda/schedule_check.cuh"
@@ -859,17 +860,14 @@ __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThread
 #if DSA_SM90A_ENABLED
   using Layout = SharedLayout<kRows, kHeads, kSelect>;
   constexpr int kStages = Layout::kStages;
-  if (p.run_if != nullptr && *p.run_if == 0) return;
-  // Broken request_offsets: recorded, and no row is scored (rows NaN).
-  if (p.varlen.offsets != nullptr && !request_offsets_hold(p.varlen, p.batch * p.next_n, p.error)) {
-    if constexpr (!kSelect) fill_share_with_nan(p, p.batch * p.next_n);
-    return;
-  }
   extern __shared__ unsigned char shared_raw[];
   // Swizzled tensor copies and wgmma descriptors need 1024-byte alignment.
   unsigned char* smem =
       shared_raw + ((1024 - (ptx::smem_address(shared_raw) & 1023)) & 1023);
   if (threadIdx.x == 0) {
+    // Before the wait for the previous kernel: the maps are this launch's own.
+    ptx::prefetch_tensor_map(&key_map);
+    ptx::prefetch_tensor_map(&query_map);
     for (int s = 0; s < kStages; ++s) {
       ptx::mbarrier_init(&Layout::page_full(smem)[s], 1);
       // page empty: the consumer, and with kSelect the selectors
@@ -886,6 +884,13 @@ __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThread
     ptx::fence_barrier_init();
   }
   __syncthreads();
+  enter_dependent_grid();
+  if (p.run_if != nullptr && *p.run_if == 0) return;
+  // Broken request_offsets: recorded, and no row is scored (rows NaN).
+  if (p.varlen.offsets != nullptr && !request_offsets_hold(p.varlen, p.batch * p.next_n, p.error)) {
+    if constexpr (!kSelect) fill_share_with_nan(p, p.batch * p.next_n);
+    return;
+  }
 
   // Read from lane 0, the warpgroup index is known to be warp-uniform: what
   // derives from it (stage slots, descriptors) stays in uniform registers.
@@ -893,8 +898,6 @@ __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThread
   if (warpgroup == 0) {
     ptx::lower_register_limit<kProducerRegisters>();
     if (threadIdx.x < 32 * kProducerWarps) {
-      ptx::prefetch_tensor_map(&key_map);
-      ptx::prefetch_tensor_map(&query_map);
       produce<kRows, kHeads, kSelect>(p, &key_map, &query_map, smem,
                                       static_cast<int>(threadIdx.x) / 32);
     } else {

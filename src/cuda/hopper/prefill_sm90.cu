@@ -57,10 +57,9 @@ Status launch(const MqaLogitsProblem& p, const ExecContext& ctx) {
   }
   auto* kernel = &mqa_logits_sm90_kernel<kHeads>;
   DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout::launch_bytes));
-  kernel<<<static_cast<unsigned>(blocks), Layout::kThreads, Layout::launch_bytes, stream_of(ctx)>>>(
-      p, chunks, error_record(ctx), key_map, query_map);
-  DSA_CUDA_CHECK_LAUNCH("mqa_logits_sm90_kernel");
-  return Status::success();
+  return launch_kernel("mqa_logits_sm90_kernel", kernel,
+                       {static_cast<unsigned>(blocks), Layout::kThreads, Layout::launch_bytes}, ctx, p, chunks,
+                       error_record(ctx), key_map, query_map);
 }
 
 bool aligned16(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer) % 16 == 0; }

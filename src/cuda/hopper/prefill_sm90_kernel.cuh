@@ -20,6 +20,7 @@
 #include "common/logit_rules.hpp"
 #include "common/problem.hpp"
 #include "cuda/device_error.cuh"
+#include "cuda/grid_dependency.cuh"
 #include "cuda/hopper/logits_sm90_kernel.cuh"
 #include "cuda/hopper/ptx.cuh"
 
@@ -111,6 +112,7 @@ __global__ void __launch_bounds__(PrefillLayout<kHeads>::kThreads, 1)
   std::uint64_t* query_full = stage_full + 2 * kPrefillStages;
   const int thread = static_cast<int>(threadIdx.x);
   const PrefillBlock block = prefill_block(chunks, kRows);
+  enter_dependent_grid();
 
   if (thread < kRows) {
     const std::int64_t row = block.first_row + thread;

@@ -40,11 +40,9 @@ Status launch(const LogitsKernelParams& params, const ExecContext& ctx, const CU
   auto* kernel = &paged_logits_sm90_kernel<kRows, kHeads, kScoringPassColumns, kSelect>;
   DSA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
-  kernel<<<static_cast<unsigned>(params.num_workers), Layout::kThreads, kSharedBytes,
-           stream_of(ctx)>>>(
-      params, key_map, query_map);
-  DSA_CUDA_CHECK_LAUNCH("paged_logits_sm90_kernel");
-  return Status::success();
+  return launch_kernel("paged_logits_sm90_kernel", kernel,
+                       {static_cast<unsigned>(params.num_workers), Layout::kThreads, kSharedBytes}, ctx, params,
+                       key_map, query_map);
 }
 
 // Calls launch(std::integral_constant<int, rows>{}) for the kernels' row counts.
