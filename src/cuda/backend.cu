@@ -17,11 +17,13 @@ namespace dsa::detail::cuda {
 
 namespace {
 
-// Clears the error record. A kernel rather than a memset, so that with
-// programmatic dependent launch the operation's kernels overlap the end of
-// the work before it: only kernels take part in the overlap, a memset
+// Clears the error record under programmatic dependent launch. A kernel
+// rather than a memset there, so that the operation's kernels overlap the end
+// of the work before it: only kernels take part in the overlap, a memset
 // between two operations would serialize them. It waits like every kernel,
 // so whatever the previous operation recorded is written before the clear.
+// Without the option a memset is the cheaper node (a kernel launch more per
+// operation shows in small calls).
 __global__ void clear_error_record_kernel(DeviceErrorRecord* record) {
   enter_dependent_grid();
   clear_error_record(record);
@@ -60,6 +62,10 @@ int multiprocessor_count(int device) {
 Status OperationScope::enter(int device, const ExecContext& ctx, RecordClear clear) {
   DSA_RETURN_IF_ERROR(device_.enter(device));
   if (clear == RecordClear::by_first_kernel) return Status::success();
+  if (!ctx.programmatic_dependent_launch) {
+    return cuda_status(cudaMemsetAsync(error_record(ctx), 0, sizeof(DeviceErrorRecord), stream_of(ctx)),
+                       "cudaMemsetAsync(error record)");
+  }
   return launch_kernel("clear_error_record_kernel", clear_error_record_kernel, {1, 1}, ctx, error_record(ctx));
 }
 
