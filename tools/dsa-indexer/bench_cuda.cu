@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -144,6 +146,34 @@ __global__ void fill_logits_kernel(float* dst, std::size_t count, int distributi
 }
 
 constexpr int kFillThreads = 256;
+
+constexpr int kGatherThreads = 256;
+
+// Block b copies page table_row[b] of the request: its tokens' codes (one
+// contiguous run both in the page and in `codes`), then their scales, 16
+// bytes at a time; the last page may hold fewer than P of the request's
+// tokens, whose scales past a whole vector go word by word.
+__global__ void __launch_bounds__(kGatherThreads)
+    gather_pages_kernel(const unsigned char* cache, std::int64_t page_bytes, const std::int32_t* table_row,
+                        std::int64_t tokens, int page_tokens, int code_bytes, unsigned char* codes,
+                        unsigned char* scales) {
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * page_tokens;
+  const int count = static_cast<int>(min(static_cast<std::int64_t>(page_tokens), tokens - first));
+  const unsigned char* page = cache + static_cast<std::int64_t>(table_row[blockIdx.x]) * page_bytes;
+  const auto* key_src = reinterpret_cast<const uint4*>(page);
+  auto* key_dst = reinterpret_cast<uint4*>(codes + first * code_bytes);
+  const int key_vectors = count * code_bytes / 16;
+  for (int i = static_cast<int>(threadIdx.x); i < key_vectors; i += kGatherThreads) key_dst[i] = key_src[i];
+  const unsigned char* page_scales = page + static_cast<std::int64_t>(page_tokens) * code_bytes;
+  unsigned char* scale_dst = scales + first * 4;
+  const int scale_vectors = count / 4;
+  for (int i = static_cast<int>(threadIdx.x); i < scale_vectors; i += kGatherThreads) {
+    reinterpret_cast<uint4*>(scale_dst)[i] = reinterpret_cast<const uint4*>(page_scales)[i];
+  }
+  for (int t = 4 * scale_vectors + static_cast<int>(threadIdx.x); t < count; t += kGatherThreads) {
+    reinterpret_cast<std::uint32_t*>(scale_dst)[t] = reinterpret_cast<const std::uint32_t*>(page_scales)[t];
+  }
+}
 
 unsigned fill_blocks(std::size_t count) {
   const std::size_t blocks = (count + kFillThreads - 1) / kFillThreads;
@@ -476,6 +506,27 @@ dsa::Status copy_device_to_device(void* dst, const void* src, std::size_t bytes,
 
 dsa::Status synchronize_stream(void* stream) {
   return cuda_status(cudaStreamSynchronize(as_stream(stream)), "cudaStreamSynchronize");
+}
+
+dsa::Status gather_request_keys_on_device(const dsa::KeyCacheLayout& layout, const std::int32_t* table_row,
+                                          std::int64_t tokens, const void* cache, void* codes, void* scales,
+                                          void* stream) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  if (layout.code_bytes() % 16 != 0 || layout.min_page_bytes() % 16 != 0 || !aligned(cache) || !aligned(codes) ||
+      !aligned(scales)) {
+    return {dsa::ErrorCode::invalid_argument,
+            "gather_request_keys_on_device: cache, codes and scales must be 16-byte aligned, and a token's code "
+            "bytes and a page's bytes multiples of 16"};
+  }
+  if (tokens <= 0) return {};
+  const std::int64_t pages = (tokens + layout.page_tokens - 1) / layout.page_tokens;
+  if (pages > std::numeric_limits<int>::max()) {
+    return {dsa::ErrorCode::invalid_argument, "gather_request_keys_on_device: tokens: more pages than a grid holds"};
+  }
+  gather_pages_kernel<<<static_cast<unsigned>(pages), kGatherThreads, 0, as_stream(stream)>>>(
+      static_cast<const unsigned char*>(cache), layout.min_page_bytes(), table_row, tokens, layout.page_tokens,
+      static_cast<int>(layout.code_bytes()), static_cast<unsigned char*>(codes), static_cast<unsigned char*>(scales));
+  return cuda_status(cudaGetLastError(), "gather_pages_kernel");
 }
 
 dsa::Status fill_random_bf16(void* dst, std::size_t count, std::size_t row_length, std::uint64_t seed,

@@ -1,7 +1,9 @@
 // `dsa-indexer bench --grid prefill`: mqa_logits over causal prefill chunks
 // (DeepGEMM's fp8_mqa_logits as its own test runs it) against the floor of
-// the measured fp8 tensor-core rate and copy bandwidth, and the ragged top-k
-// of one chunk's logits against one read of them.
+// the measured fp8 tensor-core rate and copy bandwidth; beside it the same
+// rows scored from a paged cache (paged_mqa_logits with request_offsets) and
+// the keys gathered out of the pages then scored contiguously; and the
+// ragged top-k of one chunk's logits against one read of them.
 #pragma once
 
 #include <cstdio>

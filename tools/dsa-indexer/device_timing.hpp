@@ -1,5 +1,6 @@
 // GPU measurements the tool needs beyond the library: event timing, the
-// device copy bandwidth, the fp8 matrix rate, device-side fills and copies.
+// device copy bandwidth, the fp8 matrix rate, device-side fills and copies,
+// and the gather of a request's keys out of a paged cache.
 // Plain C++ so that only bench_cuda.cu sees CUDA headers; in a build without
 // CUDA every function returns `unsupported`.
 #pragma once
@@ -12,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "dsa/cache.hpp"
 #include "dsa/status.hpp"
 #include "timing.hpp"
 
@@ -76,6 +78,15 @@ dsa::Status device_memory(std::size_t* free_bytes, std::size_t* total_bytes);
 // Asynchronous device-to-device copy on `stream`.
 dsa::Status copy_device_to_device(void* dst, const void* src, std::size_t bytes, void* stream);
 dsa::Status synchronize_stream(void* stream);
+
+// gather_request_keys (workload.hpp) on `stream`, in device memory: one
+// block per page of the request, 16-byte copies. The cache's pages are
+// layout.min_page_bytes() apart; cache, codes and scales 16-byte aligned and
+// layout.code_bytes() a multiple of 16 (invalid_argument otherwise). The
+// block-table row must hold ceil(tokens / P) pages of the cache.
+dsa::Status gather_request_keys_on_device(const dsa::KeyCacheLayout& layout, const std::int32_t* table_row,
+                                          std::int64_t tokens, const void* cache, void* codes, void* scales,
+                                          void* stream);
 
 // Fills `count` bf16 values with roughly normal numbers from `seed`, each
 // row of `row_length` values scaled by its own gain in [0.25, 4].

@@ -23,6 +23,10 @@ dsa::Status measure_fp8_tensor_core_rate(void*, int, TensorCoreRate*) { return n
 dsa::Status device_memory(std::size_t*, std::size_t*) { return no_cuda(); }
 dsa::Status copy_device_to_device(void*, const void*, std::size_t, void*) { return no_cuda(); }
 dsa::Status synchronize_stream(void*) { return no_cuda(); }
+dsa::Status gather_request_keys_on_device(const dsa::KeyCacheLayout&, const std::int32_t*, std::int64_t, const void*,
+                                          void*, void*, void*) {
+  return no_cuda();
+}
 dsa::Status fill_random_bf16(void*, std::size_t, std::size_t, std::uint64_t, void*) {
   return no_cuda();
 }

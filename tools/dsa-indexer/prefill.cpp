@@ -121,15 +121,10 @@ dsa::Status make_prefill_inputs(std::int64_t seq, std::int64_t prefix, int heads
                             cache.view(dsa::DType::uint8, {pages, cache_layout.min_page_bytes()}), store, host)));
   out->keys.resize(static_cast<std::size_t>(kv * code_bytes));
   out->key_scales.resize(static_cast<std::size_t>(kv));
-  const auto* bytes = static_cast<const std::uint8_t*>(cache.data());
-  for (std::int64_t t = 0; t < kv; ++t) {
-    const std::uint8_t* page = bytes + (t / kStorePage) * cache_layout.min_page_bytes();
-    const int row = static_cast<int>(t % kStorePage);
-    std::memcpy(out->keys.data() + t * code_bytes, page + cache_layout.key_offset(row),
-                static_cast<std::size_t>(code_bytes));
-    std::memcpy(&out->key_scales[static_cast<std::size_t>(t)], page + cache_layout.scale_offset(row),
-                sizeof(std::uint32_t));
-  }
+  std::vector<std::int32_t> pages_in_order(static_cast<std::size_t>(pages));
+  std::iota(pages_in_order.begin(), pages_in_order.end(), 0);
+  gather_request_keys(cache_layout, pages_in_order.data(), kv, static_cast<const std::uint8_t*>(cache.data()),
+                      out->keys.data(), out->key_scales.data());
 
   // Causal ranges: row i (token P + i) sees keys [0, P + i + 1).
   out->ks.assign(static_cast<std::size_t>(seq), 0);

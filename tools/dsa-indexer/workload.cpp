@@ -122,35 +122,41 @@ std::int64_t max_cache_slots(const WorkloadShape& shape) {
 }
 
 WorkloadLayout make_layout(const WorkloadShape& shape) {
-  WorkloadLayout layout;
-  const std::int64_t batch = shape.batch;
-  const int next_n = shape.next_n;
-  const std::vector<std::int32_t> drawn_lengths = varied_lengths(batch, shape.avg_context, shape.spread, shape.seed);
+  const std::vector<std::int32_t> drawn_lengths =
+      varied_lengths(shape.batch, shape.avg_context, shape.spread, shape.seed);
+  std::vector<std::int32_t> prefix_lens(drawn_lengths.size());
+  for (std::size_t b = 0; b < drawn_lengths.size(); ++b) {
+    // Average length of a request's rows is prefix + (next_n + 1) / 2;
+    // the drawn value is the length of its middle row.
+    prefix_lens[b] = std::max<std::int32_t>(drawn_lengths[b] - (shape.next_n + 1) / 2, 0);
+  }
+  return layout_for_prefixes(prefix_lens, shape.next_n, shape.page_tokens, shape.seed);
+}
 
-  layout.prefix_lens.resize(static_cast<std::size_t>(batch));
+WorkloadLayout layout_for_prefixes(const std::vector<std::int32_t>& prefix_lens, int next_n, int page_tokens,
+                                   std::uint64_t seed) {
+  WorkloadLayout layout;
+  const auto batch = static_cast<std::int64_t>(prefix_lens.size());
+  layout.prefix_lens = prefix_lens;
   layout.context_lens.resize(static_cast<std::size_t>(batch * next_n));
   std::int64_t total_pages = 0;
   for (std::int64_t b = 0; b < batch; ++b) {
-    // Average length of a request's rows is prefix + (next_n + 1) / 2;
-    // the drawn value is the length of its middle row.
-    const std::int64_t drawn = drawn_lengths[static_cast<std::size_t>(b)];
-    const std::int64_t prefix = std::max<std::int64_t>(drawn - (next_n + 1) / 2, 0);
-    layout.prefix_lens[static_cast<std::size_t>(b)] = static_cast<std::int32_t>(prefix);
+    const std::int64_t prefix = prefix_lens[static_cast<std::size_t>(b)];
     for (int j = 0; j < next_n; ++j) {
       layout.context_lens[static_cast<std::size_t>(b * next_n + j)] = static_cast<std::int32_t>(prefix + j + 1);
     }
     const std::int64_t max_len = prefix + next_n;
     layout.max_context_len = std::max(layout.max_context_len, max_len);
-    const std::int64_t pages = pages_for(max_len, shape.page_tokens);
+    const std::int64_t pages = pages_for(max_len, page_tokens);
     layout.max_blocks = std::max(layout.max_blocks, pages);
     total_pages += pages;
   }
   layout.num_pages = total_pages;
-  layout.page_tokens = shape.page_tokens;
+  layout.page_tokens = page_tokens;
 
   std::vector<std::int32_t> permutation(static_cast<std::size_t>(total_pages));
   std::iota(permutation.begin(), permutation.end(), 0);
-  Random pages(shape.seed, pages_stream, 0);
+  Random pages(seed, pages_stream, 0);
   for (std::int64_t i = total_pages - 1; i > 0; --i) {
     std::swap(permutation[static_cast<std::size_t>(i)],
               permutation[static_cast<std::size_t>(pages.integer(0, i))]);
@@ -160,17 +166,42 @@ WorkloadLayout make_layout(const WorkloadShape& shape) {
   std::size_t next_page = 0;
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::int64_t max_len = request_max_len(layout, b, next_n);
-    const std::int64_t pages_needed = pages_for(max_len, shape.page_tokens);
+    const std::int64_t pages_needed = pages_for(max_len, page_tokens);
     for (std::int64_t i = 0; i < pages_needed; ++i) {
       layout.block_table[static_cast<std::size_t>(b * layout.max_blocks + i)] = permutation[next_page++];
     }
-    const int page_tokens = shape.page_tokens;
     for (std::int64_t p = 0; p < max_len; ++p) {
       const std::int32_t page = layout.block_table[static_cast<std::size_t>(b * layout.max_blocks + p / page_tokens)];
       layout.slot_mapping.push_back(page * page_tokens + static_cast<std::int32_t>(p % page_tokens));
     }
   }
   return layout;
+}
+
+void write_cache_tokens(const dsa::KeyCacheLayout& layout, const std::vector<std::int32_t>& slot_mapping,
+                        const std::uint8_t* codes, const void* scales, std::uint8_t* cache) {
+  const std::int64_t code_bytes = layout.code_bytes();
+  const std::int64_t page_bytes = layout.min_page_bytes();
+  for (std::size_t t = 0; t < slot_mapping.size(); ++t) {
+    const std::int32_t slot = slot_mapping[t];
+    std::uint8_t* page = cache + (slot / layout.page_tokens) * page_bytes;
+    const int row = slot % layout.page_tokens;
+    std::memcpy(page + layout.key_offset(row), codes + static_cast<std::int64_t>(t) * code_bytes,
+                static_cast<std::size_t>(code_bytes));
+    std::memcpy(page + layout.scale_offset(row), static_cast<const std::uint8_t*>(scales) + 4 * t, 4);
+  }
+}
+
+void gather_request_keys(const dsa::KeyCacheLayout& layout, const std::int32_t* table_row, std::int64_t tokens,
+                         const std::uint8_t* cache, std::uint8_t* codes, void* scales) {
+  const std::int64_t code_bytes = layout.code_bytes();
+  const std::int64_t page_bytes = layout.min_page_bytes();
+  for (std::int64_t p = 0; p < tokens; ++p) {
+    const std::uint8_t* page = cache + table_row[p / layout.page_tokens] * page_bytes;
+    const int row = static_cast<int>(p % layout.page_tokens);
+    std::memcpy(codes + p * code_bytes, page + layout.key_offset(row), static_cast<std::size_t>(code_bytes));
+    std::memcpy(static_cast<std::uint8_t*>(scales) + 4 * p, page + layout.scale_offset(row), 4);
+  }
 }
 
 HostInputs make_host_queries(const WorkloadShape& shape) {

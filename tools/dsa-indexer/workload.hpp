@@ -63,6 +63,23 @@ std::int64_t max_cache_slots(const WorkloadShape& shape);
 // for the prefix, causal rows on top, pages of every request drawn from one
 // random permutation of [0, num_pages).
 WorkloadLayout make_layout(const WorkloadShape& shape);
+// The same layout for given prefix lengths (one request each): next_n causal
+// rows on each prefix, pages of P = page_tokens tokens from the seed's
+// random permutation.
+WorkloadLayout layout_for_prefixes(const std::vector<std::int32_t>& prefix_lens, int next_n, int page_tokens,
+                                   std::uint64_t seed);
+
+// Cache bytes on the host, pages of layout.min_page_bytes() bytes. Token t's
+// codes (layout.code_bytes() bytes at codes + t * code_bytes) and its 4-byte
+// scale (fp32, or fp4's scale word, at scales + 4 t) go to slot
+// slot_mapping[t].
+void write_cache_tokens(const dsa::KeyCacheLayout& layout, const std::vector<std::int32_t>& slot_mapping,
+                        const std::uint8_t* codes, const void* scales, std::uint8_t* cache);
+// The inverse for one request: positions [0, tokens) read through its
+// block-table row into contiguous codes and scales, as an engine gathers a
+// request's keys for mqa_logits.
+void gather_request_keys(const dsa::KeyCacheLayout& layout, const std::int32_t* table_row, std::int64_t tokens,
+                         const std::uint8_t* cache, std::uint8_t* codes, void* scales);
 
 // bf16 values (as raw 16-bit patterns) of one input set.
 struct HostInputs {
