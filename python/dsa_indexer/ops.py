@@ -186,8 +186,8 @@ def paged_mqa_logits(q, key_cache, weights, context_lens, block_table, max_conte
     T last, like cu_seqlens_q) gives request b the rows request_offsets[b] ..
     request_offsets[b + 1] - 1; then q is [T, 1, H, D] or [T, H, D], weights [T, H],
     context_lens the rows' lengths int32 [T] (or [T, 1]), the result [T, max_context_len],
-    and the schedule must be planned with the same request_offsets. On CUDA the generic
-    kernels serve it (backend "cuda_hopper" refuses it)."""
+    and the schedule must be planned with the same request_offsets. A request's keys are
+    read once per tile of 8 of its rows, on every backend (the Hopper kernels included)."""
     return _implementation("paged_mqa_logits")(
         q, key_cache, weights, context_lens, block_table, max_context_len, schedule=schedule,
         clean_logits=clean_logits, path=path, page_size=page_size, key_format=key_format,
