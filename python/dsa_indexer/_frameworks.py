@@ -174,6 +174,14 @@ def request_offsets(request_ids, requests):
     return xp.searchsorted(request_ids, bounds).astype(xp.int32)
 
 
+def rows_at(array, positions):
+    """array[positions] along dimension 0 (positions a 1-D integer array of the same
+    framework and device), without a host synchronization."""
+    if framework_of(array) == TORCH:
+        return array.index_select(0, positions.to(_torch().int64))
+    return array[positions]
+
+
 def dense_request_ids(request_ids):
     """The ids of non-decreasing request_ids renumbered 0, 1, 2, ... in order of first
     appearance (int32, same device, no host synchronization): the same rows share an id,

@@ -43,6 +43,37 @@ def test_get_num_sms():
         assert num_sms == dsa.default_num_workers(np.zeros(1))
 
 
+@pytest.fixture
+def deep_gemm_settings():
+    """Restores DeepGEMM's process-wide settings after a test that changes them."""
+    num_sms, pdl = deep_gemm.get_num_sms(), deep_gemm.get_pdl()
+    yield
+    deep_gemm.set_num_sms(num_sms)
+    deep_gemm.set_pdl(pdl)
+
+
+def test_set_num_sms_and_pdl(rng, deep_gemm_settings):
+    device_sms = deep_gemm.get_num_sms()
+    assert deep_gemm.get_pdl() is False
+    deep_gemm.set_num_sms(1)
+    assert deep_gemm.get_num_sms() == 1
+    for bad in (0, device_sms + 1, 2.0, True):
+        with pytest.raises(ValueError, match=r"set_num_sms: num_sms: must be an integer in \[1, "):
+            deep_gemm.set_num_sms(bad)
+    with pytest.raises(TypeError, match="set_pdl: enable: must be a bool"):
+        deep_gemm.set_pdl(1)
+    # Programmatic dependent launch changes no result.
+    p = ref.scoring_problem(rng, head_dim=D, batch=3, next_n=2, heads=32)
+    schedule = deep_gemm.get_paged_mqa_logits_metadata(p["lens"], 64, 2)
+    args = deep_gemm_args(p, p["lens"], schedule)
+    plain = deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], None), *args, clean_logits=True)
+    deep_gemm.set_pdl(True)
+    assert deep_gemm.get_pdl() is True
+    np.testing.assert_array_equal(deep_gemm.get_paged_mqa_logits_metadata(p["lens"], 64, 2), schedule)
+    np.testing.assert_array_equal(
+        deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], None), *args, clean_logits=True), plain)
+
+
 @pytest.mark.parametrize("page", [32, 64])
 @pytest.mark.parametrize("heads", [32, 64])
 @pytest.mark.parametrize("next_n", range(1, 9))
@@ -94,16 +125,19 @@ def test_deep_gemm_schedules_for_fewer_workers(rng, page, legacy):
         np.testing.assert_array_equal(result, results[0])
 
 
-def varlen_args(p, schedule):
-    return (kv_cache(p), p["weights"], p["lens"], p["table"], schedule, p["max_len"])
+def varlen_args(p, schedule, indices=None):
+    """DeepGEMM's arguments with indices: block_table has a row a query row (the rows of a
+    request repeat its blocks)."""
+    row_table = p["table"][p["indices"] if indices is None else indices]
+    return (kv_cache(p), p["weights"], p["lens"], row_table, schedule, p["max_len"])
 
 
 @pytest.mark.parametrize("page", [32, 64])
 @pytest.mark.parametrize("rows", [[1, 3, 2, 4], [8, 0, 5, 0, 1], [0, 120, 1]])
 def test_deep_gemm_indices(rng, page, rows):
-    """indices [T] (the request of each row, sorted) with q [T, 1, H, D] and per-row
-    lengths [T]: the reference logits, and the metadata is the schedule planned with the
-    request offsets."""
+    """indices [T] (the request of each row, sorted) with q [T, 1, H, D], per-row lengths
+    [T] and a block-table row a query row: the reference logits, and the metadata is the
+    schedule planned with the request offsets."""
     p = ref.varlen_problem(rng, rows, head_dim=D, page=page, causal=False, max_prefix=700)
     schedule = deep_gemm.get_paged_mqa_logits_metadata(p["lens"], page, 5, indices=p["indices"])
     np.testing.assert_array_equal(
@@ -114,15 +148,31 @@ def test_deep_gemm_indices(rng, page, rows):
     assert_logits_close(logits, ref.varlen_logits(p))
 
 
+def test_deep_gemm_indices_runs_of_any_values(rng):
+    """Only where runs of equal indices start and end matters: ids out of order, beyond the
+    requests or negative give the same logits and schedule as 0, 1, 2, ..."""
+    p = ref.varlen_problem(rng, [2, 3, 1, 4], head_dim=D, causal=False)
+    schedule = deep_gemm.get_paged_mqa_logits_metadata(p["lens"], 64, 4, indices=p["indices"])
+    want = deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], None), *varlen_args(p, schedule),
+                                              clean_logits=True, indices=p["indices"])
+    other = np.repeat(np.array([7, -1, 3, 9], dtype=np.int32), [2, 3, 1, 4])
+    np.testing.assert_array_equal(
+        deep_gemm.get_paged_mqa_logits_metadata(p["lens"], 64, 4, indices=other), schedule)
+    got = deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], None), *varlen_args(p, schedule),
+                                             clean_logits=True, indices=other)
+    np.testing.assert_array_equal(got, want)
+    assert_logits_close(want, ref.varlen_logits(p))
+
+
 def test_deep_gemm_indices_errors(rng):
     p = ref.varlen_problem(rng, [2, 3, 1], head_dim=D, causal=False)
     schedule = deep_gemm.get_paged_mqa_logits_metadata(p["lens"], 64, 4, indices=p["indices"])
-    args = varlen_args(p, schedule)
-    # An index beyond block_table's rows leaves the last offset short of the rows: reported.
-    for bad in ([0, 0, 1, 1, 1, 3], [-1, 0, 1, 1, 1, 2]):
-        with pytest.raises(ValueError, match="request_offsets"):
-            deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], None), *args,
-                                               indices=np.array(bad, dtype=np.int32))
+    kv, weights, lens, _, _, max_len = varlen_args(p, schedule)
+    # A block-table row a request (not a query row) is not DeepGEMM's layout.
+    with pytest.raises(ValueError, match=r"fp8_fp4_paged_mqa_logits: block_table: with indices, "
+                                         r"expected int32 \[T, max_blocks\] with T = 6"):
+        deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], None), kv, weights, lens, p["table"],
+                                           schedule, max_len, indices=p["indices"])
 
 
 def test_deep_gemm_indices_with_torch(rng):
@@ -135,8 +185,8 @@ def test_deep_gemm_indices_with_torch(rng):
         schedule.numpy(), dsa.plan_schedule(p["lens"], 3, request_offsets=p["offsets"]))
     logits = deep_gemm.fp8_fp4_paged_mqa_logits(
         (t["q"].view(torch.float8_e4m3fn), None), t["cache"].reshape(-1, 64, 1, D + 4),
-        t["weights"], t["lens"], t["table"], schedule, p["max_len"], clean_logits=True,
-        indices=indices)
+        t["weights"], t["lens"], t["table"][indices.long()], schedule, p["max_len"],
+        clean_logits=True, indices=indices)
     assert_logits_close(logits.numpy(), ref.varlen_logits(p))
 
 

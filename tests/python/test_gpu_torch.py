@@ -537,7 +537,8 @@ def varlen_problem(rng, rows, page=PAGE):
 def varlen_compat_step(t, schedule):
     return deep_gemm.fp8_fp4_paged_mqa_logits(
         (t["q"], None), t["cache"].view(-1, t["page"], 1, D + 4), t["weights"], t["lens"],
-        t["table"], schedule, t["max_len"], clean_logits=True, indices=t["indices"])
+        t["table"][t["indices"].long()], schedule, t["max_len"], clean_logits=True,
+        indices=t["indices"])
 
 
 @pytest.mark.parametrize("page", [32, 64])

@@ -245,7 +245,7 @@ CASES = {
         p["prefix"], 1, request_offsets=varlen_offsets(p), total_rows=p["lens"].numel()),
     "deep_gemm_indices": lambda p: deep_gemm.fp8_fp4_paged_mqa_logits(
         (varlen_scoring(p)[0], None), p["cache"].view(-1, ref.PAGE, 1, D + 4), p["weights"],
-        p["lens"].reshape(-1), p["table"],
+        p["lens"].reshape(-1), p["table"].repeat_interleave(p["lens"].shape[1], 0),
         deep_gemm.get_paged_mqa_logits_metadata(p["lens"].reshape(-1), 64, 3,
                                                 indices=varlen_indices(p)),
         p["max_len"], clean_logits=True, indices=varlen_indices(p)),

@@ -9,7 +9,9 @@ next_n <= 2 only), for caches of 64- or 32-token pages and for fp8 or fp4 querie
                                       clean_logits=True, logits_dtype=torch.bfloat16)
 
 fp8_paged_mqa_logits is the legacy name: the same function, with q itself instead of the
-pair (q, None).
+pair (q, None). set_num_sms / get_num_sms and set_pdl / get_pdl are DeepGEMM's process-wide
+settings: the count get_num_sms reports (what engines plan schedules for), and whether the
+compat functions launch with programmatic dependent launch (the same results either way).
 
   q               float8_e4m3fn [B, next_n, H, D] (or uint8 holding its bytes); the current
                   name takes the pair (q, None), or FP4 queries as the pair (q_fp4, q_sf):
@@ -30,14 +32,14 @@ pair (q, None).
   logits_dtype    torch.float32 (the default) or torch.bfloat16, or their names
                   "float32" / "bfloat16" (NumPy arrays have no bfloat16)
   indices         requests of uneven row counts (adaptive speculation, prefill chunks):
-                  int32 [T], the request of each row, the rows of a request contiguous
-                  and the requests in increasing order, as engines lay them out
-                  (unsorted indices are the caller's error: rows may then be scored
-                  against another request's pages; an index outside [0, B) is reported
-                  as a request_offsets error). Then q is [T, 1, H, D], weights [T, H],
-                  context_lens int32 [T] (row r sees positions < context_lens[r]),
-                  block_table [B, max_blocks] with every index < B, and the metadata
-                  must be planned with the same indices
+                  int32 [T], one entry a row; a run of consecutive equal entries is one
+                  request, whose keys are read once for all of its rows (the values
+                  themselves only tell where runs start and end). Then q is [T, 1, H, D],
+                  weights [T, H], context_lens int32 [T] or [T, 1] (row r sees positions
+                  < context_lens[r]), block_table int32 [T, max_blocks], one row a query
+                  row as DeepGEMM takes it (the rows of a run repeat their request's
+                  blocks: a run is read through its first row's), and the metadata must
+                  be planned with the same indices
   returns         [B * next_n, max_context_len] (with indices [T, max_context_len])
                   logits of logits_dtype
 
@@ -94,6 +96,13 @@ def _check_indices(op, indices, q=None):
                          f"{indices.shape[0]} rows, got shape {tuple(q.shape)}")
 
 
+def _run_offsets(indices):
+    """request_offsets [T + 1] of the runs of equal consecutive indices: entry r is the first
+    row of run r, T for the runs that do not occur (empty requests at the end)."""
+    rows = indices.shape[0]
+    return fw.request_offsets(fw.dense_request_ids(indices), rows)
+
+
 def _logits_dtype_name(op, logits_dtype):
     """The library's name of `logits_dtype` (a torch dtype or its name)."""
     for name in _LOGITS_DTYPES:
@@ -106,14 +115,47 @@ def _logits_dtype_name(op, logits_dtype):
                      f"names 'float32', 'bfloat16'), got {logits_dtype!r}")
 
 
-def get_num_sms():
-    """The multiprocessor count of the current CUDA device (PyTorch's, else CuPy's);
-    without a CUDA device, the CPU backend's worker count (what a schedule is planned for
-    on the host)."""
+# DeepGEMM's process-wide runtime settings, which its callers set once (set_num_sms,
+# set_pdl): the compat names keep them here, as DeepGEMM does, and pass them on.
+_settings = {"num_sms": None, "pdl": False}
+
+
+def _device_num_sms():
     ctx = _core.ExecContext()
     if _core.cuda_device_count() > 0:
         return _core.default_num_workers(_core.DeviceType.cuda, fw.current_cuda_device(), ctx)
     return _core.default_num_workers(_core.DeviceType.cpu, 0, ctx)
+
+
+def get_num_sms():
+    """The count set by set_num_sms, else the multiprocessor count of the current CUDA
+    device (PyTorch's, else CuPy's); without a CUDA device, the CPU backend's worker count
+    (what a schedule is planned for on the host)."""
+    return _settings["num_sms"] if _settings["num_sms"] is not None else _device_num_sms()
+
+
+def set_num_sms(num_sms):
+    """What get_num_sms returns from now on (engines plan schedules for part of the device):
+    1 up to the device's count."""
+    limit = _device_num_sms()
+    if isinstance(num_sms, bool) or not isinstance(num_sms, int) or not 1 <= num_sms <= limit:
+        raise ValueError(f"set_num_sms: num_sms: must be an integer in [1, {limit}] (the "
+                         f"device's count), got {num_sms!r}")
+    _settings["num_sms"] = num_sms
+
+
+def get_pdl():
+    """Whether the compat functions launch with programmatic dependent launch."""
+    return _settings["pdl"]
+
+
+def set_pdl(enable):
+    """Programmatic dependent launch for the compat functions from now on (results are the
+    same either way; on CUDA each kernel's launch and prologue overlap the previous one's
+    end)."""
+    if not isinstance(enable, bool):
+        raise TypeError(f"set_pdl: enable: must be a bool, got {type(enable).__name__}")
+    _settings["pdl"] = enable
 
 
 def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms, indices=None):
@@ -127,14 +169,13 @@ def get_paged_mqa_logits_metadata(context_lens, block_kv, num_sms, indices=None)
         _check_indices(op, indices)
         # The schedule depends only on which consecutive rows share a request, so the
         # requests are renumbered densely: the batch (block_table's rows) is not known here.
-        rows = indices.shape[0]
-        offsets = fw.request_offsets(fw.dense_request_ids(indices), rows)
-        return ops.plan_schedule(context_lens, num_sms, "auto", request_offsets=offsets)
+        return ops.plan_schedule(context_lens, num_sms, "auto",
+                                 request_offsets=_run_offsets(indices), pdl=get_pdl())
     if _is_legacy(context_lens):
         # The native schedule depends only on each request's longest row, which for
         # legacy lengths is len_b itself, so it is planned without knowing next_n.
-        return ops.plan_schedule(context_lens[:, None], num_sms, "native")
-    return ops.plan_schedule(context_lens, num_sms, "auto")
+        return ops.plan_schedule(context_lens[:, None], num_sms, "native", pdl=get_pdl())
+    return ops.plan_schedule(context_lens, num_sms, "auto", pdl=get_pdl())
 
 
 def _paged_mqa_logits(op, q, kv_cache, weights, context_lens, block_table, schedule_meta,
@@ -144,8 +185,16 @@ def _paged_mqa_logits(op, q, kv_cache, weights, context_lens, block_table, sched
     offsets = None
     if indices is not None:
         _check_indices(op, indices, q)
+        rows = indices.shape[0]
+        if len(block_table.shape) != 2 or block_table.shape[0] != rows:
+            raise ValueError(f"{op}: block_table: with indices, expected int32 [T, max_blocks] "
+                             f"with T = {rows}, one row a query row, got shape "
+                             f"{tuple(block_table.shape)}")
         lens, path = context_lens, "auto"
-        offsets = fw.request_offsets(indices, block_table.shape[0])
+        # The library takes a block-table row a request: each run's first row's.
+        offsets = _run_offsets(indices)
+        first_rows = offsets[:-1] if rows == 0 else offsets[:-1].clip(0, rows - 1)
+        block_table = fw.rows_at(block_table, first_rows)
     elif _is_legacy(context_lens):
         lens = ops.legacy_context_lens(context_lens, q.shape[1])
         path = "native"  # what get_paged_mqa_logits_metadata planned for 1-D lengths
@@ -155,7 +204,7 @@ def _paged_mqa_logits(op, q, kv_cache, weights, context_lens, block_table, sched
     return ops.paged_mqa_logits(q, kv_cache, weights, lens, block_table, max_context_len,
                                 schedule_meta, clean_logits=bool(clean_logits), path=path,
                                 q_block_scales=q_block_scales, request_offsets=offsets,
-                                out_dtype=out_dtype)
+                                out_dtype=out_dtype, pdl=get_pdl())
 
 
 def _fp4_codes(op, arg, codes, shape):
@@ -199,11 +248,12 @@ def fp8_fp4_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, sc
 
 
 def fp8_paged_mqa_logits(q, kv_cache, weights, context_lens, block_table, schedule_meta,
-                         max_context_len, clean_logits=False, logits_dtype=_FLOAT32):
+                         max_context_len, clean_logits=False, logits_dtype=_FLOAT32,
+                         indices=None):
     """Paged MQA logits [B * next_n, max_context_len] (see the module docstring)."""
     return _paged_mqa_logits("fp8_paged_mqa_logits", q, kv_cache, weights, context_lens,
                              block_table, schedule_meta, max_context_len, clean_logits,
-                             logits_dtype)
+                             logits_dtype, indices=indices)
 
 
 def _is_int32(array):
@@ -236,7 +286,8 @@ def _mqa_logits(op, q, q_sf, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, 
                          f"{max_seqlen_k}")
     return ops.mqa_logits(q, keys, scales, weights, cu_seq_len_k_start, cu_seq_len_k_end,
                           clean_logits=bool(clean_logits), compressed=max_seqlen_k > 0,
-                          max_seqlen_k=max_seqlen_k, q_block_scales=q_sf, out_dtype=out_dtype)
+                          max_seqlen_k=max_seqlen_k, q_block_scales=q_sf, out_dtype=out_dtype,
+                          pdl=get_pdl())
 
 
 def fp8_fp4_mqa_logits(q, kv, weights, cu_seq_len_k_start, cu_seq_len_k_end, clean_logits=True,
