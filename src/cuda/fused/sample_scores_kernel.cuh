@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kSampleThreads)
   const int thread = static_cast<int>(threadIdx.x);
   enter_dependent_grid();
 
-  const UnitRows rows = unit_rows(p, blockIdx.x);
+  const UnitRows rows = unit_rows<kRows, false>(p, blockIdx.x);  // the fused pass takes fixed layouts only
   const std::int64_t first_row = rows.first_row;
   const SampleMap map =
       sample_map(pages_for_length(read_length<kRows>(p, rows), kStageTokens));
@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(kSampleThreads)
     ptx::mbarrier_init(query_full, 1);
     ptx::fence_barrier_init();
     ptx::mbarrier_arrive_expect_tx(query_full, Layout::kQueryBytes);
-    const QueryCoordinates at = query_coordinates(p, rows);
+    const QueryCoordinates at = query_coordinates<false>(p, rows);
     ptx::tensor_copy_4d(smem + Layout::queries, &query_map, 0, 0, at.c2, at.c3, query_full);
   }
   for (int i = thread; i < kRows * kHeads; i += kSampleThreads) {

@@ -246,6 +246,16 @@ struct SharedLayout {
   __device__ static std::uint64_t* logits_ready(unsigned char* smem) { return query_full(smem) + 4; }
 };
 
+// How the schedule's units map to rows. kUneven: requests of uneven row counts
+// (row tiles of request_offsets); otherwise a request's next_n draft rows, or
+// one row on the per-token path. Kernels for fixed layouts are compiled
+// without the offsets' walk, which costs the producers registers.
+template <bool kUneven>
+__device__ __forceinline__ UnitLayout unit_layout_of(const LogitsKernelParams& p) {
+  if constexpr (kUneven) return unit_layout(p);
+  return fixed_layout(p.lens, p.next_n, p.path, schedule_units(p.batch, p.next_n, p.path));
+}
+
 // The rows a schedule unit stands for: `count` (at most the kernel's kRows)
 // consecutive logits rows from first_row, all of block-table row `request`.
 struct UnitRows {
@@ -253,11 +263,14 @@ struct UnitRows {
   std::int64_t first_row;
   int count;
 };
+template <int kRows, bool kUneven>
 __device__ __forceinline__ UnitRows unit_rows(const UnitSpan& span) {
-  return {span.request, span.first_row, static_cast<int>(span.rows)};
+  // A fixed layout's units have the kernel's rows.
+  return {span.request, span.first_row, kUneven ? static_cast<int>(span.rows) : kRows};
 }
+template <int kRows, bool kUneven>
 __device__ __forceinline__ UnitRows unit_rows(const LogitsKernelParams& p, std::int64_t unit) {
-  return unit_rows(unit_containing(unit_layout(p), unit));
+  return unit_rows<kRows, kUneven>(unit_containing(unit_layout_of<kUneven>(p), unit));
 }
 // The length of the unit's row j < count.
 __device__ __forceinline__ std::int32_t unit_row_length(const LogitsKernelParams& p, const UnitRows& rows,
@@ -271,8 +284,9 @@ __device__ __forceinline__ std::int32_t unit_row_length(const LogitsKernelParams
 struct QueryCoordinates {
   int c2, c3;
 };
+template <bool kUneven>
 __device__ __forceinline__ QueryCoordinates query_coordinates(const LogitsKernelParams& p, const UnitRows& rows) {
-  if (p.varlen.offsets != nullptr) return {static_cast<int>(rows.first_row), 0};
+  if constexpr (kUneven) return {static_cast<int>(rows.first_row), 0};
   return {static_cast<int>(rows.first_row % p.next_n), static_cast<int>(rows.first_row / p.next_n)};
 }
 
@@ -330,7 +344,7 @@ __device__ __forceinline__ bool unscored_value(const LogitsKernelParams& p, std:
 // 8-row units have), so each slot also records the last round pushed into it:
 // a producer pushes round r only after round r - 1 was pushed, whose pusher
 // had seen round r - 2 released, and the parity it then waits on is exact.
-template <int kRows, int kHeads, bool kSelect>
+template <int kRows, int kHeads, bool kSelect, bool kUneven>
 __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUtensorMap* key_map,
                                         const CUtensorMap* query_map, unsigned char* smem,
                                         int producer) {
@@ -419,7 +433,7 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
     ptx::mbarrier_wait(&query_empty[slot], ((generation >> 1) & 1) ^ 1);
     if (leader) {
       ptx::mbarrier_expect_tx(&query_full[slot], Layout::kQueryBytes);
-      const QueryCoordinates at = query_coordinates(p, rows);
+      const QueryCoordinates at = query_coordinates<kUneven>(p, rows);
       ptx::tensor_copy_4d(Layout::query_slot(smem, slot), query_map, 0, 0, at.c2, at.c3, &query_full[slot]);
       ptx::store_release_cta(issued_generation, generation);
     }
@@ -458,11 +472,11 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
                        : -1;
   };
 
-  for_each_unit_item(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, unit_layout(p),
+  for_each_unit_item(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, unit_layout_of<kUneven>(p),
                      [&](const UnitSpan& span, std::int64_t chunk, std::int64_t) {
                   if (span.unit != current_unit) {
                     current_unit = span.unit;
-                    rows = unit_rows(span);
+                    rows = unit_rows<kRows, kUneven>(span);
                     lane_length = -1;
                     if (lane < kRows && lane < rows.count) {
                       const std::int32_t length = unit_row_length(p, rows, lane);
@@ -533,17 +547,17 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
 // Columns of each unit's rows that no page covers: [pages * 64, max_context_len)
 // gets -inf with clean_logits; a row whose length breaks a rule is reported
 // and gets NaN everywhere. Without kStores (no logits output) it only reports.
-template <int kRows, bool kStores>
+template <int kRows, bool kStores, bool kUneven>
 __device__ __forceinline__ void fill_uncovered(const LogitsKernelParams& p) {
   const int thread = static_cast<int>(threadIdx.x) - 32 * kProducerWarps;
-  const UnitLayout layout = unit_layout(p);
+  const UnitLayout layout = unit_layout_of<kUneven>(p);
   if (thread == 0) {
     check_schedule_share(p.schedule, static_cast<int>(blockIdx.x), p.num_workers, layout.units, p.error);
   }
   for (std::int64_t unit = blockIdx.x; unit < layout.units; unit += gridDim.x) {
     const UnitSpan span = unit_containing(layout, unit);
     if (span.unit != unit) continue;  // a later row of a row tile: its first row's CTA fills it
-    const UnitRows rows = unit_rows(span);
+    const UnitRows rows = unit_rows<kRows, kUneven>(span);
     const std::int64_t read = read_length<kRows>(p, rows);
     const std::int64_t covered_pages_end = pages_for_length(read, kStageTokens) * kStageTokens;
     for (int j = 0; j < kRows && j < rows.count; ++j) {
@@ -852,8 +866,9 @@ __device__ __forceinline__ void select_pages(const LogitsKernelParams& p, unsign
 // ---- the kernel ----------------------------------------------------------------
 
 // kSelect: the selection kernel of the fused index_topk, which writes
-// candidate lists (p.lists) instead of logits.
-template <int kRows, int kHeads, int kPassColumns, bool kSelect>
+// candidate lists (p.lists) instead of logits. kUneven: units are row tiles of
+// requests of uneven row counts (p.varlen), checked on the device first.
+template <int kRows, int kHeads, int kPassColumns, bool kSelect, bool kUneven>
 __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThreads), 1)
     paged_logits_sm90_kernel(const LogitsKernelParams p, const __grid_constant__ CUtensorMap key_map,
                              const __grid_constant__ CUtensorMap query_map) {
@@ -886,10 +901,12 @@ __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThread
   __syncthreads();
   enter_dependent_grid();
   if (p.run_if != nullptr && *p.run_if == 0) return;
-  // Broken request_offsets: recorded, and no row is scored (rows NaN).
-  if (p.varlen.offsets != nullptr && !request_offsets_hold(p.varlen, p.batch * p.next_n, p.error)) {
-    if constexpr (!kSelect) fill_share_with_nan(p, p.batch * p.next_n);
-    return;
+  if constexpr (kUneven) {
+    // Broken request_offsets: recorded, and no row is scored (rows NaN).
+    if (!request_offsets_hold(p.varlen, p.batch * p.next_n, p.error)) {
+      fill_share_with_nan(p, p.batch * p.next_n);
+      return;
+    }
   }
 
   // Read from lane 0, the warpgroup index is known to be warp-uniform: what
@@ -898,10 +915,10 @@ __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThread
   if (warpgroup == 0) {
     ptx::lower_register_limit<kProducerRegisters>();
     if (threadIdx.x < 32 * kProducerWarps) {
-      produce<kRows, kHeads, kSelect>(p, &key_map, &query_map, smem,
+      produce<kRows, kHeads, kSelect, kUneven>(p, &key_map, &query_map, smem,
                                       static_cast<int>(threadIdx.x) / 32);
     } else {
-      fill_uncovered<kRows, !kSelect>(p);
+      fill_uncovered<kRows, !kSelect, kUneven>(p);
     }
   } else if (warpgroup <= Layout::kConsumers) {
     ptx::raise_register_limit<consumer_registers(Layout::kConsumers, kSelect)>();

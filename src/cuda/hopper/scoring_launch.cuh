@@ -31,13 +31,14 @@ Status encode_maps(const LogitsProblem& p, CUtensorMap* query_map, CUtensorMap* 
 LogitsKernelParams kernel_params(const LogitsProblem& p, const ExecContext& ctx);
 
 // Launches the kernel instance for units of kRows draft rows of kHeads heads
-// (kSelect: the selection kernel) on ctx.stream, one CTA per worker.
-template <int kRows, int kHeads, bool kSelect>
+// (kSelect: the selection kernel; kUneven: row tiles of request_offsets) on
+// ctx.stream, one CTA per worker.
+template <int kRows, int kHeads, bool kSelect, bool kUneven = false>
 Status launch(const LogitsKernelParams& params, const ExecContext& ctx, const CUtensorMap& key_map,
               const CUtensorMap& query_map) {
   using Layout = SharedLayout<kRows, kHeads, kSelect>;
   constexpr int kSharedBytes = Layout::launch_bytes;
-  auto* kernel = &paged_logits_sm90_kernel<kRows, kHeads, kScoringPassColumns, kSelect>;
+  auto* kernel = &paged_logits_sm90_kernel<kRows, kHeads, kScoringPassColumns, kSelect, kUneven>;
   DSA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
   return launch_kernel("paged_logits_sm90_kernel", kernel,
@@ -71,6 +72,17 @@ Status launch_for_rows(int rows, const LogitsKernelParams& params, const ExecCon
   });
 }
 
+// The row-tile kernels of requests of uneven row counts: tiles of
+// kVarlenRowTile rows on the native path, one row on the per-token path.
+template <int kHeads>
+Status launch_uneven(int rows, const LogitsKernelParams& params, const ExecContext& ctx,
+                     const CUtensorMap& key_map, const CUtensorMap& query_map) {
+  if (rows == 1) return launch<1, kHeads, false, true>(params, ctx, key_map, query_map);
+  if (rows == kVarlenRowTile) return launch<kVarlenRowTile, kHeads, false, true>(params, ctx, key_map, query_map);
+  return {ErrorCode::internal, "paged_mqa_logits: no Hopper kernel for row tiles of " + std::to_string(rows) +
+                                   " rows"};
+}
+
 // Checks, tensor maps and the launch of either kernel family with `params`
 // (kernel_params' and, for the selection kernel, its own fields).
 template <bool kSelect>
@@ -81,6 +93,12 @@ Status launch_scoring(const LogitsProblem& p, const LogitsKernelParams& params,
   CUtensorMap key_map{};
   CUtensorMap query_map{};
   DSA_RETURN_IF_ERROR(encode_maps(p, &query_map, &key_map));
+  if constexpr (!kSelect) {
+    if (p.varlen.offsets != nullptr) {
+      if (p.heads == 32) return launch_uneven<32>(rows, params, ctx, key_map, query_map);
+      return launch_uneven<64>(rows, params, ctx, key_map, query_map);
+    }
+  }
   if (p.heads == 32) return launch_for_rows<32, kSelect>(rows, params, ctx, key_map, query_map);
   return launch_for_rows<64, kSelect>(rows, params, ctx, key_map, query_map);
 }
