@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <tuple>
@@ -346,6 +347,8 @@ struct Fp4VarlenCase {
   bool fp4_queries = false;
   dsa::LogitsPath path = dsa::LogitsPath::automatic;
 };
+
+void PrintTo(const Fp4VarlenCase& c, std::ostream* os) { *os << c.name; }
 
 std::vector<Fp4VarlenCase> fp4_varlen_cases() {
   std::vector<Fp4VarlenCase> cases;
