@@ -127,7 +127,12 @@ Fp4Queries fp4_queries_of(const Workload& w) {
   return out;
 }
 
-ReferenceLogits fp4_reference_logits(const Workload& w, const Fp4Cache& cache, const Fp4Queries* fp4_q) {
+namespace {
+
+// Row r reads the block-table row table_row_of(r) points at.
+template <typename TableRow>
+ReferenceLogits fp4_logits(const Workload& w, const Fp4Cache& cache, const Fp4Queries* fp4_q,
+                           TableRow&& table_row_of) {
   ReferenceLogits ref;
   ref.rows = w.rows();
   ref.cols = w.max_context_len;
@@ -146,7 +151,7 @@ ReferenceLogits fp4_reference_logits(const Workload& w, const Fp4Cache& cache, c
       }
     }
     const float* weights = (fp4_q != nullptr ? fp4_q->weights.data() : w.weights.data()) + r * w.heads;
-    const std::int32_t* table_row = w.block_table.data() + (r / w.next_n) * w.max_blocks;
+    const std::int32_t* table_row = table_row_of(r);
     for (std::int64_t p = 0; p < w.context_lens[static_cast<std::size_t>(r)]; ++p) {
       const std::int64_t slot = std::int64_t{table_row[p / cache.geometry.page_tokens]} * cache.geometry.page_tokens +
                                 p % cache.geometry.page_tokens;
@@ -167,6 +172,19 @@ ReferenceLogits fp4_reference_logits(const Workload& w, const Fp4Cache& cache, c
     }
   }
   return ref;
+}
+
+}  // namespace
+
+ReferenceLogits fp4_reference_logits(const Workload& w, const Fp4Cache& cache, const Fp4Queries* fp4_q) {
+  return fp4_logits(w, cache, fp4_q,
+                    [&](std::int64_t r) { return w.block_table.data() + (r / w.next_n) * w.max_blocks; });
+}
+
+ReferenceLogits fp4_reference_logits(const VarlenWorkload& v, const Fp4Cache& cache, const Fp4Queries* fp4_q) {
+  return fp4_logits(v.rows, cache, fp4_q, [&](std::int64_t r) {
+    return v.table.data() + std::int64_t{v.row_request[static_cast<std::size_t>(r)]} * v.rows.max_blocks;
+  });
 }
 
 }  // namespace dsa_test

@@ -66,5 +66,8 @@ Fp4Queries fp4_queries_of(const Workload& w);
 // Logits in float64 over an fp4 cache: queries the workload's fp8 ones
 // (with its weights), or `fp4_q` (with its weights) when given.
 ReferenceLogits fp4_reference_logits(const Workload& w, const Fp4Cache& cache, const Fp4Queries* fp4_q);
+// The same for requests of uneven row counts: row r reads block-table row
+// v.row_request[r] of v.table (cache and queries built from v.rows).
+ReferenceLogits fp4_reference_logits(const VarlenWorkload& v, const Fp4Cache& cache, const Fp4Queries* fp4_q);
 
 }  // namespace dsa_test

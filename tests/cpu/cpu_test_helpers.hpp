@@ -78,6 +78,20 @@ inline dsa::Status plan(std::vector<std::int32_t> lens, std::int64_t batch, int 
   return dsa::plan_schedule(lens_view, num_workers, path, out->view(), ctx);
 }
 
+// A schedule planned by the library for rows of uneven requests (lengths [T],
+// request_offsets [B + 1]).
+inline dsa::Status plan_varlen(std::vector<std::int32_t> lens, std::vector<std::int32_t> offsets, int num_workers,
+                               dsa::LogitsPath path, const dsa::ExecContext& ctx, Schedule* out) {
+  out->num_workers = num_workers;
+  out->entries.assign(static_cast<std::size_t>(2 * (num_workers + 1)), -7);
+  lens.reserve(1);
+  const dsa::TensorView lens_view =
+      dsa::make_view(lens.data(), dsa::DType::int32, {static_cast<std::int64_t>(lens.size())});
+  const dsa::TensorView offsets_view =
+      dsa::make_view(offsets.data(), dsa::DType::int32, {static_cast<std::int64_t>(offsets.size())});
+  return dsa::plan_schedule(lens_view, num_workers, path, out->view(), ctx, offsets_view);
+}
+
 // The path `requested` resolves to for host tensors of this shape.
 inline dsa::LogitsPath resolved_path(dsa::LogitsPath requested, int next_n, int heads,
                                      const dsa::ExecContext& ctx) {

@@ -2,13 +2,15 @@
 // formats, store_index_keys and quantize_queries_fp4 bit for bit against the
 // independent quantizer of common/fp4_reference.hpp, paged_mqa_logits with
 // fp4 keys (fp8 or fp4 queries) and fp4 queries against the float64
-// reference, index_topk on fp4 caches, and the validation of fp4 arguments.
+// reference, the same for requests of uneven row counts (request_offsets),
+// index_topk on fp4 caches, and the validation of fp4 arguments.
 #include <gtest/gtest.h>
 
 #include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <tuple>
@@ -332,6 +334,135 @@ TEST_P(Fp4Logits, IndexTopkEqualsTopkOfTheLogits) {
 
 INSTANTIATE_TEST_SUITE_P(Cpu, Fp4Logits,
                          ::testing::Combine(::testing::ValuesIn(cpu_backends()), ::testing::ValuesIn(fp4_logits_cases())),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) == dsa::Backend::cpu ? "cpu_" : "reference_") +
+                                  std::get<1>(info.param).name;
+                         });
+
+// ---- Requests of uneven row counts (request_offsets) --------------------------------
+
+struct Fp4VarlenCase {
+  std::string name;
+  VarlenSpec spec;
+  bool fp4_queries = false;
+  dsa::LogitsPath path = dsa::LogitsPath::automatic;
+};
+
+void PrintTo(const Fp4VarlenCase& c, std::ostream* os) { *os << c.name; }
+
+std::vector<Fp4VarlenCase> fp4_varlen_cases() {
+  std::vector<Fp4VarlenCase> cases;
+  auto add = [&](std::string name, VarlenSpec spec) -> Fp4VarlenCase& {
+    spec.seed = cases.size() + 601;
+    cases.push_back(Fp4VarlenCase{std::move(name), std::move(spec)});
+    return cases.back();
+  };
+  add("rows_1_to_8", VarlenSpec{.rows_per_request = {3, 1, 8, 5, 2}});
+  add("rows_1_to_8_fp4_queries", VarlenSpec{.rows_per_request = {2, 7, 1, 4}}).fp4_queries = true;
+  add("any_order_row_tiles_fp4_queries",
+      VarlenSpec{.rows_per_request = {17, 0, 9, 1}, .heads = 8, .causal = false, .max_prefix = 600})
+      .fp4_queries = true;
+  add("prefill_among_decodes", VarlenSpec{.rows_per_request = {1, 40, 0, 2}, .heads = 4, .max_prefix = 400});
+  add("per_token_fp4_queries", VarlenSpec{.rows_per_request = {3, 10, 1}, .heads = 5, .causal = false}).path =
+      dsa::LogitsPath::per_token;
+  cases.back().fp4_queries = true;
+  add("all_requests_empty", VarlenSpec{.rows_per_request = {0, 0}}).fp4_queries = true;
+  repeat_on_32_token_pages(cases);
+  return cases;
+}
+
+// One case's inputs: the rows (fp8 queries and cache), their fp4 cache, fp4 queries and schedule.
+struct Fp4VarlenSetup {
+  Fp4VarlenSetup(const Fp4VarlenCase& varlen_case, const dsa::ExecContext& ctx)
+      : c(varlen_case), v(make_varlen_workload(c.spec)), cache(fp4_cache_of(v.rows)), queries(fp4_queries_of(v.rows)) {
+    const dsa::Status planned = plan_varlen(v.rows.context_lens, v.request_offsets, 3, c.path, ctx, &schedule);
+    EXPECT_TRUE(planned.ok()) << planned.to_string();
+  }
+
+  dsa::TensorView q() { return c.fp4_queries ? queries.codes_view(v.rows) : v.rows.q_fp8_view(); }
+  dsa::TensorView weights() { return c.fp4_queries ? queries.weights_view(v.rows) : v.rows.weights_view(); }
+  dsa::TensorView q_block_scales() { return c.fp4_queries ? queries.scales_view(v.rows) : dsa::TensorView{}; }
+  ReferenceLogits reference() const { return fp4_reference_logits(v, cache, c.fp4_queries ? &queries : nullptr); }
+
+  // paged_mqa_logits over the fp4 cache (a 2-D view, its format given) into `logits`.
+  dsa::Status run_logits(const dsa::ExecContext& ctx, OwnedView* logits) {
+    Workload& w = v.rows;
+    *logits = float_matrix(w.rows(), w.max_context_len, w.max_context_len + 3, kSentinel);
+    dsa::LogitsOptions options;
+    options.clean_logits = true;
+    options.path = c.path;
+    options.page_size = c.spec.page_tokens;
+    options.key_format = dsa::KeyFormat::fp4_e2m1;
+    options.q_block_scales = q_block_scales();
+    options.request_offsets = v.request_offsets_view();
+    return dsa::paged_mqa_logits(q(), cache.view_2d(), weights(), v.row_lengths_view(), v.table_view(),
+                                 schedule.view(), w.max_context_len, logits->view, options, ctx);
+  }
+
+  Fp4VarlenCase c;
+  VarlenWorkload v;
+  Fp4Cache cache;
+  Fp4Queries queries;
+  Schedule schedule;
+};
+
+class Fp4Varlen : public ::testing::TestWithParam<std::tuple<dsa::Backend, Fp4VarlenCase>> {};
+
+TEST_P(Fp4Varlen, MatchesTheFloat64Reference) {
+  const auto& [backend, c] = GetParam();
+  for (const bool float64 : {false, true}) {
+    if (float64 && backend != dsa::Backend::cpu_reference) continue;
+    const dsa::ExecContext ctx = cpu_context(backend, 2, float64);
+    Fp4VarlenSetup s(c, ctx);
+    OwnedView logits;
+    DSA_ASSERT_OK(s.run_logits(ctx, &logits));
+    EXPECT_TRUE(logits_match(s.v.rows, s.reference(), logits, float64 ? Precision::float64 : Precision::float32,
+                             true, kSentinel));
+  }
+}
+
+// index_topk with request_offsets over an fp4 cache is topk of those logits
+// (positions, and cache slots through each request's block-table row).
+TEST_P(Fp4Varlen, IndexTopkEqualsTopkOfTheLogits) {
+  const auto& [backend, c] = GetParam();
+  const dsa::ExecContext ctx = cpu_context(backend);
+  Fp4VarlenSetup s(c, ctx);
+  OwnedView logits;
+  DSA_ASSERT_OK(s.run_logits(ctx, &logits));
+  const std::int64_t rows = s.v.total_rows();
+  const int k = 40;
+  for (const bool physical : {false, true}) {
+    dsa::TopkOptions topk_options;
+    topk_options.sorted = true;
+    if (physical) {
+      topk_options.block_table = s.v.table_view();
+      topk_options.request_offsets = s.v.request_offsets_view();
+      topk_options.page_size = c.spec.page_tokens;
+    }
+    OwnedView want = int32_matrix(rows, k, k, -77);
+    DSA_ASSERT_OK(dsa::topk(logits.view, s.v.row_lengths_view(), k, want.view, topk_options, ctx));
+    for (const auto strategy : {dsa::IndexTopkStrategy::fused, dsa::IndexTopkStrategy::logits_then_topk}) {
+      dsa::IndexTopkOptions options;
+      options.k = k;
+      options.sorted = true;
+      options.physical_slots = physical;
+      options.path = c.path;
+      options.strategy = strategy;
+      options.page_size = c.spec.page_tokens;
+      options.key_format = dsa::KeyFormat::fp4_e2m1;
+      options.q_block_scales = s.q_block_scales();
+      options.request_offsets = s.v.request_offsets_view();
+      OwnedView got = int32_matrix(rows, k, k, -77);
+      DSA_ASSERT_OK(dsa::index_topk(s.q(), s.cache.view_2d(), s.weights(), s.v.row_lengths_view(), s.v.table_view(),
+                                    s.schedule.view(), s.v.rows.max_context_len, dsa::TensorView{}, got.view, options,
+                                    ctx));
+      EXPECT_EQ(got.bytes, want.bytes) << index_topk_strategy_name(strategy) << (physical ? " physical" : "");
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, Fp4Varlen,
+                         ::testing::Combine(::testing::ValuesIn(cpu_backends()), ::testing::ValuesIn(fp4_varlen_cases())),
                          [](const auto& info) {
                            return std::string(std::get<0>(info.param) == dsa::Backend::cpu ? "cpu_" : "reference_") +
                                   std::get<1>(info.param).name;

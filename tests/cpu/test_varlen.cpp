@@ -36,18 +36,6 @@ std::vector<int> random_rows(int requests, int lo, int hi, std::uint64_t seed) {
   return rows;
 }
 
-dsa::Status plan_varlen(std::vector<std::int32_t> lens, std::vector<std::int32_t> offsets, int num_workers,
-                        dsa::LogitsPath path, const dsa::ExecContext& ctx, Schedule* out) {
-  out->num_workers = num_workers;
-  out->entries.assign(static_cast<std::size_t>(2 * (num_workers + 1)), -7);
-  lens.reserve(1);
-  const dsa::TensorView lens_view =
-      dsa::make_view(lens.data(), dsa::DType::int32, {static_cast<std::int64_t>(lens.size())});
-  const dsa::TensorView offsets_view =
-      dsa::make_view(offsets.data(), dsa::DType::int32, {static_cast<std::int64_t>(offsets.size())});
-  return dsa::plan_schedule(lens_view, num_workers, path, out->view(), ctx, offsets_view);
-}
-
 struct VarlenCall {
   explicit VarlenCall(VarlenWorkload w) : v(std::move(w)) {}
   VarlenWorkload v;

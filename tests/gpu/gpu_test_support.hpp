@@ -172,6 +172,37 @@ inline dsa::TensorView schedule_view(const dsa::DeviceBuffer& schedule) {
   return device_view(schedule, dsa::DType::int32, {workers + 1, 2});
 }
 
+// The device copy of a VarlenWorkload (requests of uneven row counts).
+struct DeviceVarlen {
+  explicit DeviceVarlen(const VarlenWorkload& v)
+      : host(&v), rows(v.rows), offsets(device_copy(v.request_offsets)), table(device_copy(v.table)) {}
+
+  const VarlenWorkload* host;
+  DeviceWorkload rows;
+  dsa::DeviceBuffer offsets, table;
+
+  std::int64_t total_rows() const { return host->total_rows(); }
+  dsa::TensorView q_view() const {
+    const Workload& w = host->rows;
+    return device_view(rows.q_fp8, dsa::DType::float8_e4m3, {w.batch, 1, w.heads, w.head_dim});
+  }
+  dsa::TensorView lens_view() const { return device_view(rows.context_lens, dsa::DType::int32, {total_rows()}); }
+  dsa::TensorView offsets_view() const { return device_view(offsets, dsa::DType::int32, {host->requests + 1}); }
+  dsa::TensorView table_view() const {
+    return device_view(table, dsa::DType::int32, {host->requests, host->rows.max_blocks});
+  }
+};
+
+// A schedule planned on the device for the rows of uneven requests.
+inline dsa::DeviceBuffer plan_varlen(const DeviceVarlen& dv, int workers, dsa::LogitsPath path,
+                                     const dsa::ExecContext& ctx) {
+  dsa::DeviceBuffer schedule = device_filled(sizeof(std::int32_t) * 2 * (workers + 1), 0xFF);
+  const dsa::Status planned = dsa::plan_schedule(dv.lens_view(), workers, path, schedule_view(schedule), ctx,
+                                                 dv.offsets_view());
+  EXPECT_TRUE(planned.ok()) << planned.to_string();
+  return schedule;
+}
+
 // Relative rounding bound (times the reference magnitude) of a backend's
 // float32 logits: fp32 dot products on the generic kernels, fp8 tensor-core
 // accumulation on the Hopper kernels that Backend::automatic picks on sm_90.

@@ -1,8 +1,9 @@
 // The fp4 key and query formats on the CUDA backends: store_index_keys and
 // quantize_queries_fp4 bit for bit against the independent quantizer, and
 // paged_mqa_logits with fp4 keys or queries on the generic kernels (which
-// Backend::automatic picks for fp4) and mqa_logits with fp4 queries and keys
-// against the float64 reference.
+// Backend::automatic picks for fp4), also with request_offsets (and
+// index_topk), and mqa_logits with fp4 queries and keys against the float64
+// reference.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "common/fp4_reference.hpp"
@@ -142,6 +144,117 @@ INSTANTIATE_TEST_SUITE_P(
                       Fp4GpuCase{WorkloadSpec{.batch = 3, .next_n = 2, .page_tokens = 32}, false, Backend::automatic},
                       Fp4GpuCase{WorkloadSpec{.batch = 3, .next_n = 2}, true, Backend::automatic},
                       Fp4GpuCase{WorkloadSpec{.batch = 2, .next_n = 4, .page_tokens = 32}, true, Backend::cuda_generic}));
+
+// Requests of uneven row counts (request_offsets) over an fp4 cache, fp8 or
+// fp4 queries: against the float64 reference, and index_topk (positions and
+// cache slots) equal to topk of those logits.
+struct Fp4VarlenGpuCase {
+  std::string name;
+  VarlenSpec spec;
+  bool fp4_queries;
+  Backend backend;
+};
+
+void PrintTo(const Fp4VarlenGpuCase& c, std::ostream* os) { *os << c.name; }
+
+class GpuFp4Varlen : public ::testing::TestWithParam<Fp4VarlenGpuCase> {};
+
+TEST_P(GpuFp4Varlen, MatchesTheFloat64ReferenceAndIndexTopk) {
+  DSA_REQUIRE_GPU();
+  const Fp4VarlenGpuCase c = GetParam();
+  const VarlenWorkload v = make_varlen_workload(c.spec);
+  const Workload& w = v.rows;
+  Fp4Cache cache = fp4_cache_of(w);
+  Fp4Queries queries = fp4_queries_of(w);
+  const DeviceVarlen dv(v);
+  const dsa::DeviceBuffer cache_device = device_copy(cache.bytes);
+  const dsa::DeviceBuffer codes = device_copy(queries.codes);
+  const dsa::DeviceBuffer scales = device_copy(queries.scales);
+  const dsa::DeviceBuffer fp4_weights = device_copy(queries.weights);
+  const std::int64_t rows = v.total_rows(), cols = w.max_context_len;
+  const int k = 48;
+  dsa::IndexTopkOptions index_options;
+  index_options.k = k;
+  index_options.sorted = true;
+  index_options.strategy = dsa::IndexTopkStrategy::logits_then_topk;
+  index_options.request_offsets = dv.offsets_view();
+  dsa::ExecContext query;
+  query.backend = c.backend;
+  GpuContext gpu(c.backend, std::max({dsa::paged_mqa_logits_workspace_bytes(query),
+                                      dsa::index_topk_workspace_bytes(rows, cols, index_options, query),
+                                      dsa::topk_workspace_bytes(rows, cols, k, query)}));
+  gpu.ctx.check_device_errors = true;
+  const dsa::DeviceBuffer schedule = plan_varlen(dv, workers_for(gpu.ctx), dsa::LogitsPath::native, gpu.ctx);
+  const Fp4CacheGeometry& g = cache.geometry;
+  const dsa::TensorView cache_view =
+      device_view(cache_device, DType::uint8, {g.num_pages, g.page_tokens, 1, 68}, {g.page_stride, 68, 68, 1});
+  const dsa::TensorView q =
+      c.fp4_queries ? device_view(codes, DType::uint8, {rows, 1, w.heads, kD / 2}) : dv.q_view();
+  const dsa::TensorView q_scales =
+      c.fp4_queries ? device_view(scales, DType::int32, {rows, 1, w.heads}) : dsa::TensorView{};
+  const dsa::TensorView weights =
+      c.fp4_queries ? device_view(fp4_weights, DType::float32, {rows, w.heads}) : dv.rows.weights_view();
+  const dsa::DeviceBuffer logits = device_filled(static_cast<std::size_t>(rows * cols * 4), 0xFF);
+  const dsa::TensorView logits_view = device_view(logits, DType::float32, {rows, cols});
+  dsa::LogitsOptions options;
+  options.clean_logits = true;
+  options.q_block_scales = q_scales;
+  options.request_offsets = dv.offsets_view();
+  DSA_GPU_ASSERT_OK(dsa::paged_mqa_logits(q, cache_view, weights, dv.lens_view(), dv.table_view(),
+                                          schedule_view(schedule), cols, logits_view, options, gpu.ctx));
+  EXPECT_TRUE(logits_match(w, fp4_reference_logits(v, cache, c.fp4_queries ? &queries : nullptr),
+                           host_copy<std::uint8_t>(logits), DType::float32, cols, true,
+                           logits_tolerance(Backend::cuda_generic)));
+
+  index_options.q_block_scales = q_scales;
+  for (const bool physical : {false, true}) {
+    SCOPED_TRACE(physical ? "cache slots" : "positions");
+    dsa::TopkOptions topk_options;
+    topk_options.sorted = true;
+    if (physical) {
+      topk_options.block_table = dv.table_view();
+      topk_options.request_offsets = dv.offsets_view();
+      topk_options.page_size = g.page_tokens;
+    }
+    index_options.physical_slots = physical;
+    const dsa::DeviceBuffer want = device_filled(static_cast<std::size_t>(rows * k * 4), 0xFF);
+    const dsa::DeviceBuffer got = device_filled(want.bytes(), 0xFF);
+    DSA_GPU_ASSERT_OK(dsa::topk(logits_view, dv.lens_view(), k, device_view(want, DType::int32, {rows, k}),
+                                topk_options, gpu.ctx));
+    DSA_GPU_ASSERT_OK(dsa::index_topk(q, cache_view, weights, dv.lens_view(), dv.table_view(),
+                                      schedule_view(schedule), cols, dsa::TensorView{},
+                                      device_view(got, DType::int32, {rows, k}), index_options, gpu.ctx));
+    EXPECT_EQ(host_copy<std::int32_t>(want), host_copy<std::int32_t>(got));
+  }
+}
+
+std::vector<Fp4VarlenGpuCase> gpu_fp4_varlen_cases() {
+  std::vector<Fp4VarlenGpuCase> cases;
+  for (const int page : {64, 32}) {
+    const std::string p = page == 64 ? "" : "p32_";
+    const std::uint64_t seed = 1100u + static_cast<std::uint64_t>(page);
+    cases.push_back({p + "rows_1_to_4_generic",
+                     VarlenSpec{.rows_per_request = {1, 4, 2, 3, 1}, .heads = 64, .max_prefix = 900,
+                                .page_tokens = page, .seed = seed},
+                     false, Backend::cuda_generic});
+    cases.push_back({p + "row_tiles_any_order_fp4_queries_generic",
+                     VarlenSpec{.rows_per_request = {9, 0, 17, 1, 6}, .heads = 32, .causal = false,
+                                .max_prefix = 1500, .page_tokens = page, .seed = seed + 1},
+                     true, Backend::cuda_generic});
+    cases.push_back({p + "prefill_among_decodes_fp4_queries_automatic",
+                     VarlenSpec{.rows_per_request = {1, 70, 2, 0}, .heads = 64, .max_prefix = 700,
+                                .page_tokens = page, .seed = seed + 2},
+                     true, Backend::automatic});
+    cases.push_back({p + "rows_1_to_8_automatic",
+                     VarlenSpec{.rows_per_request = {8, 3, 1, 5}, .heads = 16, .causal = false,
+                                .page_tokens = page, .seed = seed + 3},
+                     false, Backend::automatic});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, GpuFp4Varlen, ::testing::ValuesIn(gpu_fp4_varlen_cases()),
+                         [](const ::testing::TestParamInfo<Fp4VarlenGpuCase>& info) { return info.param.name; });
 
 TEST(GpuFp4Logits, HopperBackendRefusesFp4) {
   DSA_REQUIRE_GPU();

@@ -1,7 +1,8 @@
 // One decode step as a serving engine runs it under CUDA graphs: the length
 // builder, the device planner, the logits and the top-k (or index_topk, with
 // each strategy) captured once, then replayed with new prefix lengths written
-// into the same device buffers.
+// into the same device buffers; and a prefill chunk (mqa_logits, then the
+// ragged top-k) replayed with new key ranges.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -10,8 +11,10 @@
 #include <memory>
 #include <ostream>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "common/prefill_inputs.hpp"
 #include "gpu/gpu_test_support.hpp"
 
 namespace dsa_test::gpu {
@@ -239,6 +242,106 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<IndexTopkGraphCase>& info) {
       return backend_tag(info.param.backend) + "_" + dsa::index_topk_strategy_name(info.param.strategy);
     });
+
+// Prefill as an engine captures it: mqa_logits over the chunk's keys, then
+// the ragged top-k of each row's range (row_starts = position_offsets = ks,
+// lengths = ke - ks), captured once and replayed after new ranges are
+// written into the same ks, ke and lengths buffers. Every replay gives
+// bitwise what the same calls give one by one, and those match the float64
+// reference and the reference selection.
+class GpuPrefillGraph : public ::testing::TestWithParam<Backend> {};
+
+TEST_P(GpuPrefillGraph, ReplaysWithNewRangesAsEagerCalls) {
+  DSA_REQUIRE_GPU();
+  const Backend backend = GetParam();
+  MqaWorkload w = make_mqa_workload(
+      MqaSpec{.rows = 24, .heads = 64, .num_keys = 1200, .ranges = RangeShape::random, .seed = 31});
+  const std::int64_t rows = w.rows, keys = w.num_keys;
+  const int k = 100;
+  const dsa::DeviceBuffer q = device_copy(w.q_fp8), weights = device_copy(w.weights);
+  const dsa::DeviceBuffer key_codes = device_copy(w.keys), key_scales = device_copy(w.key_scales);
+  dsa::DeviceBuffer ks = device_copy(w.ks), ke = device_copy(w.ke);  // rewritten between replays
+  dsa::DeviceBuffer lengths = device_filled(4 * rows, 0);
+  const dsa::DeviceBuffer graph_logits = device_filled(4 * rows * keys, 0xFF);
+  const dsa::DeviceBuffer graph_indices = device_filled(4 * rows * k, 0xFF);
+  const dsa::DeviceBuffer eager_logits = device_filled(4 * rows * keys, 0xFF);
+  const dsa::DeviceBuffer eager_indices = device_filled(4 * rows * k, 0xFF);
+
+  dsa::ExecContext query;
+  query.backend = backend;
+  GpuContext gpu(backend, std::max(dsa::mqa_logits_workspace_bytes(query),
+                                   dsa::topk_workspace_bytes(rows, keys, k, query)));
+  const dsa::ExecContext& ctx = gpu.ctx;
+  const dsa::TensorView ks_view = device_view(ks, DType::int32, {rows});
+  dsa::MqaLogitsOptions logits_options;
+  logits_options.clean_logits = true;
+  dsa::TopkOptions topk_options;
+  topk_options.sorted = true;
+  topk_options.row_starts = ks_view;
+  topk_options.position_offsets = ks_view;
+  const auto enqueue = [&](const dsa::DeviceBuffer& logits, const dsa::DeviceBuffer& indices) {
+    const dsa::TensorView logits_view = device_view(logits, DType::float32, {rows, keys});
+    return std::vector<dsa::Status>{
+        dsa::mqa_logits(device_view(q, DType::float8_e4m3, {rows, w.heads, w.head_dim}),
+                        device_view(key_codes, DType::float8_e4m3, {keys, w.head_dim}),
+                        device_view(key_scales, DType::float32, {keys}),
+                        device_view(weights, DType::float32, {rows, w.heads}), ks_view,
+                        device_view(ke, DType::int32, {rows}), logits_view, logits_options, ctx),
+        dsa::topk(logits_view, device_view(lengths, DType::int32, {rows}), k,
+                  device_view(indices, DType::int32, {rows, k}), topk_options, ctx),
+    };
+  };
+  auto stream = static_cast<cudaStream_t>(ctx.stream);
+  const GraphExec exec = capture(stream, [&] { return enqueue(graph_logits, graph_indices); });
+  ASSERT_NE(exec, nullptr);
+
+  Rng rng(32);
+  for (int replay = 0; replay < 4; ++replay) {
+    SCOPED_TRACE("replay " + std::to_string(replay));
+    if (replay > 0) {
+      // New ranges anywhere in the keys, some empty, some ending at the last key.
+      std::uniform_int_distribution<std::int32_t> key(0, static_cast<std::int32_t>(keys));
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::int32_t a = key(rng), b = key(rng);
+        w.ks[r] = std::min(a, b);
+        w.ke[r] = r % 7 == 3 ? w.ks[r] : r % 5 == 1 ? static_cast<std::int32_t>(keys) : std::max(a, b);
+      }
+    }
+    std::vector<std::int32_t> lens(static_cast<std::size_t>(rows));
+    for (std::int64_t r = 0; r < rows; ++r) lens[r] = w.ke[r] - w.ks[r];
+    DSA_GPU_ASSERT_OK(ks.copy_from_host(w.ks.data(), 4 * rows));
+    DSA_GPU_ASSERT_OK(ke.copy_from_host(w.ke.data(), 4 * rows));
+    DSA_GPU_ASSERT_OK(lengths.copy_from_host(lens.data(), 4 * rows));
+    for (const dsa::DeviceBuffer* buffer : {&graph_logits, &graph_indices, &eager_logits, &eager_indices}) {
+      ASSERT_CUDA(cudaMemsetAsync(buffer->data(), 0xFF, buffer->bytes(), stream));
+    }
+    ASSERT_CUDA(cudaGraphLaunch(exec.get(), stream));
+    ASSERT_CUDA(cudaStreamSynchronize(stream));
+    DSA_GPU_ASSERT_OK(dsa::read_device_error(ctx));
+    for (const dsa::Status& status : enqueue(eager_logits, eager_indices)) DSA_GPU_ASSERT_OK(status);
+    ASSERT_CUDA(cudaStreamSynchronize(stream));
+    DSA_GPU_ASSERT_OK(dsa::read_device_error(ctx));
+    const std::vector<std::uint8_t> logits_bytes = host_copy<std::uint8_t>(graph_logits);
+    EXPECT_TRUE(logits_bytes == host_copy<std::uint8_t>(eager_logits)) << "logits";
+    const std::vector<std::int32_t> got = host_copy<std::int32_t>(graph_indices);
+    EXPECT_EQ(got, host_copy<std::int32_t>(eager_indices)) << "indices";
+
+    const auto read = [&](std::int64_t r, std::int64_t c) { return logit_at(logits_bytes, DType::float32, r * keys + c); };
+    const auto bound = [&](double, double magnitude) { return logits_tolerance(backend) * magnitude; };
+    const auto untouched = [](std::int64_t, std::int64_t) { return true; };  // no column past the width
+    EXPECT_TRUE(check_mqa_logits(w, w.reference(), false, keys, keys, true, read, bound, untouched));
+    const std::vector<float> values = host_copy<float>(graph_logits);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      std::vector<std::int32_t> want = reference_topk(values.data() + r * keys + w.ks[r], lens[r], k);
+      for (auto& i : want) i = i < 0 ? i : i + w.ks[r];
+      const std::vector<std::int32_t> row(got.begin() + r * k, got.begin() + (r + 1) * k);
+      ASSERT_EQ(row, want) << "row " << r;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, GpuPrefillGraph, ::testing::Values(Backend::cuda_generic, Backend::automatic),
+                         [](const ::testing::TestParamInfo<Backend>& info) { return backend_tag(info.param); });
 
 }  // namespace
 }  // namespace dsa_test::gpu

@@ -23,35 +23,6 @@ using dsa::Backend;
 using dsa::DType;
 using dsa::LogitsPath;
 
-// The device copy of a VarlenWorkload.
-struct DeviceVarlen {
-  explicit DeviceVarlen(const VarlenWorkload& v)
-      : host(&v), rows(v.rows), offsets(device_copy(v.request_offsets)), table(device_copy(v.table)) {}
-
-  const VarlenWorkload* host;
-  DeviceWorkload rows;
-  dsa::DeviceBuffer offsets, table;
-
-  std::int64_t total_rows() const { return host->total_rows(); }
-  dsa::TensorView q_view() const {
-    const Workload& w = host->rows;
-    return device_view(rows.q_fp8, DType::float8_e4m3, {w.batch, 1, w.heads, w.head_dim});
-  }
-  dsa::TensorView lens_view() const { return device_view(rows.context_lens, DType::int32, {total_rows()}); }
-  dsa::TensorView offsets_view() const { return device_view(offsets, DType::int32, {host->requests + 1}); }
-  dsa::TensorView table_view() const {
-    return device_view(table, DType::int32, {host->requests, host->rows.max_blocks});
-  }
-};
-
-dsa::DeviceBuffer plan_varlen(const DeviceVarlen& dv, int workers, LogitsPath path, const dsa::ExecContext& ctx) {
-  dsa::DeviceBuffer schedule = device_filled(sizeof(std::int32_t) * 2 * (workers + 1), 0xFF);
-  const dsa::Status planned = dsa::plan_schedule(dv.lens_view(), workers, path, schedule_view(schedule), ctx,
-                                                 dv.offsets_view());
-  EXPECT_TRUE(planned.ok()) << planned.to_string();
-  return schedule;
-}
-
 struct VarlenRun {
   dsa::Status status;
   std::vector<std::uint8_t> bytes;  // [T, stride], 0xFF where not written

@@ -133,19 +133,38 @@ def varlen_args(p, schedule, indices=None):
 
 
 @pytest.mark.parametrize("page", [32, 64])
+@pytest.mark.parametrize("heads", [4, 32])
+@pytest.mark.parametrize("logits_dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("rows", [[1, 3, 2, 4], [8, 0, 5, 0, 1], [0, 120, 1]])
-def test_deep_gemm_indices(rng, page, rows):
+def test_deep_gemm_indices(rng, page, heads, logits_dtype, rows):
     """indices [T] (the request of each row, sorted) with q [T, 1, H, D], per-row lengths
-    [T] and a block-table row a query row: the reference logits, and the metadata is the
+    [T] and a block-table row a query row: the reference logits (bfloat16 ones within a
+    bfloat16 step, as CPU PyTorch tensors: NumPy has no bfloat16), and the metadata is the
     schedule planned with the request offsets."""
-    p = ref.varlen_problem(rng, rows, head_dim=D, page=page, causal=False, max_prefix=700)
+    p = ref.varlen_problem(rng, rows, heads=heads, head_dim=D, page=page, causal=False,
+                           max_prefix=700)
     schedule = deep_gemm.get_paged_mqa_logits_metadata(p["lens"], page, 5, indices=p["indices"])
     np.testing.assert_array_equal(
         schedule, dsa.plan_schedule(p["lens"], 5, request_offsets=p["offsets"]))
-    logits = deep_gemm.fp8_fp4_paged_mqa_logits((p["q"], None), *varlen_args(p, schedule),
-                                                clean_logits=True, indices=p["indices"])
+    q, args, indices = p["q"], varlen_args(p, schedule), p["indices"]
+    expected = ref.varlen_logits(p)
+    if logits_dtype == "bfloat16":
+        torch = pytest.importorskip("torch")
+        q = torch.from_numpy(q).view(torch.float8_e4m3fn)
+        args = tuple(torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in args)
+        indices = torch.from_numpy(indices)
+    logits = deep_gemm.fp8_fp4_paged_mqa_logits((q, None), *args, clean_logits=True,
+                                                indices=indices, logits_dtype=logits_dtype)
     assert logits.shape == (sum(rows), p["max_len"])
-    assert_logits_close(logits, ref.varlen_logits(p))
+    if logits_dtype == "bfloat16":
+        assert logits.dtype == torch.bfloat16
+        # One rounding of the float32 result, or of the exact one: within a bf16 step.
+        want = torch.from_numpy(expected).to(torch.bfloat16).float()
+        torch.testing.assert_close(logits.float(), want, rtol=2**-7, atol=1e-3)
+        np.testing.assert_array_equal(torch.isneginf(logits).numpy(), np.isneginf(expected))
+    else:
+        assert logits.dtype == np.float32
+        assert_logits_close(logits, expected)
 
 
 def test_deep_gemm_indices_runs_of_any_values(rng):

@@ -132,6 +132,51 @@ def test_index_topk_fp4_equals_topk_of_logits(rng, strategy):
         dsa.topk(logits, flat, k, sorted=True, block_table=p["table"], rows_per_request=3))
 
 
+def fp4_varlen_problem(rng, rows_per_request, page, fp4_queries, heads=4):
+    """A varlen_problem (lengths in any order, offsets, block table, weights) over an fp4
+    cache of rule-reaching keys, with fp8 or fp4 queries [T, 1, H, ...]."""
+    p = ref.varlen_problem(rng, rows_per_request, heads=heads, head_dim=8, page=page, causal=False,
+                           max_prefix=500)
+    pages = p["cache"].shape[0]
+    keys = rule_reaching_keys(rng, pages * page)
+    keys[1, :32] = 300.0  # logits of keys near the float range would leave it
+    p["cache"] = ref.fp4_cache(keys, page)
+    q = rng.standard_normal((len(p["lens"]), 1, heads, D)).astype(np.float32)
+    if fp4_queries:
+        codes, scales = ref.fp4_quantize(q)
+        p.update(q=codes, q_block_scales=scales, q_values=ref.fp4_decode(codes, scales))
+    else:
+        codes = ref.e4m3_encode(q)
+        p.update(q=codes, q_block_scales=None, q_values=ref.e4m3_decode(codes))
+    return p
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cpu_reference"])
+@pytest.mark.parametrize("fp4_queries", [False, True])
+@pytest.mark.parametrize("page", [64, 32])
+def test_fp4_request_offsets(rng, backend, fp4_queries, page):
+    """Requests of uneven row counts over an fp4 cache: every row reads its request's
+    block-table row; index_topk is topk of those logits, positions and cache slots."""
+    p = fp4_varlen_problem(rng, [3, 0, 11, 1, 6], page, fp4_queries)
+    args = (p["q"], p["cache"], p["weights"], p["lens"], p["table"], p["max_len"])
+    common = dict(request_offsets=p["offsets"], page_size=page, key_format="fp4",
+                  q_block_scales=p["q_block_scales"], backend=backend)
+    logits = dsa.paged_mqa_logits(*args, clean_logits=True, **common)
+    expected = ref.logits_of_values(p["q_values"], ref.fp4_cache_keys(p["cache"], page), p["weights"],
+                                    p["lens"][:, None], p["table"][p["indices"]], p["max_len"], page)
+    ref.assert_logits_close(logits, expected)
+    np.testing.assert_array_equal(np.isneginf(logits), np.isneginf(expected))
+    k = 30
+    for physical_slots in (False, True):
+        want = dsa.topk(logits, p["lens"], k, sorted=True, backend=backend,
+                        **(dict(block_table=p["table"], request_offsets=p["offsets"], page_size=page)
+                           if physical_slots else {}))
+        for strategy in ("fused", "logits_then_topk"):
+            np.testing.assert_array_equal(
+                dsa.index_topk(*args, k, sorted=True, physical_slots=physical_slots,
+                               strategy=strategy, **common), want)
+
+
 def test_fp4_argument_errors(rng):
     p = fp4_problem(rng, fp4_queries=True)
     q, scales = p["q_args"]["q"], p["q_args"]["q_block_scales"]
