@@ -332,12 +332,15 @@ TEST_P(Fp4Logits, IndexTopkEqualsTopkOfTheLogits) {
   }
 }
 
+// "cpu_" or "reference_", then the case's name.
+const auto backend_and_case_name = [](const auto& info) {
+  return std::string(std::get<0>(info.param) == dsa::Backend::cpu ? "cpu_" : "reference_") +
+         std::get<1>(info.param).name;
+};
+
 INSTANTIATE_TEST_SUITE_P(Cpu, Fp4Logits,
                          ::testing::Combine(::testing::ValuesIn(cpu_backends()), ::testing::ValuesIn(fp4_logits_cases())),
-                         [](const auto& info) {
-                           return std::string(std::get<0>(info.param) == dsa::Backend::cpu ? "cpu_" : "reference_") +
-                                  std::get<1>(info.param).name;
-                         });
+                         backend_and_case_name);
 
 // ---- Requests of uneven row counts (request_offsets) --------------------------------
 
@@ -463,10 +466,7 @@ TEST_P(Fp4Varlen, IndexTopkEqualsTopkOfTheLogits) {
 
 INSTANTIATE_TEST_SUITE_P(Cpu, Fp4Varlen,
                          ::testing::Combine(::testing::ValuesIn(cpu_backends()), ::testing::ValuesIn(fp4_varlen_cases())),
-                         [](const auto& info) {
-                           return std::string(std::get<0>(info.param) == dsa::Backend::cpu ? "cpu_" : "reference_") +
-                                  std::get<1>(info.param).name;
-                         });
+                         backend_and_case_name);
 
 // ---- mqa_logits (prefill) ------------------------------------------------------------
 

@@ -101,6 +101,16 @@ struct Fp4GpuCase {
   Backend backend;
 };
 
+// An fp4 cache and fp4 queries (codes, block scales, weights) on the device.
+struct DeviceFp4 {
+  DeviceFp4(const Fp4Cache& cache_bytes, const Fp4Queries& queries)
+      : cache(device_copy(cache_bytes.bytes)),
+        codes(device_copy(queries.codes)),
+        scales(device_copy(queries.scales)),
+        weights(device_copy(queries.weights)) {}
+  dsa::DeviceBuffer cache, codes, scales, weights;
+};
+
 class GpuFp4Logits : public ::testing::TestWithParam<Fp4GpuCase> {};
 
 TEST_P(GpuFp4Logits, MatchesTheFloat64Reference) {
@@ -110,10 +120,7 @@ TEST_P(GpuFp4Logits, MatchesTheFloat64Reference) {
   Fp4Cache cache = fp4_cache_of(w);
   Fp4Queries queries = fp4_queries_of(w);
   const DeviceWorkload dw(w);
-  const dsa::DeviceBuffer cache_device = device_copy(cache.bytes);
-  const dsa::DeviceBuffer codes = device_copy(queries.codes);
-  const dsa::DeviceBuffer scales = device_copy(queries.scales);
-  const dsa::DeviceBuffer fp4_weights = device_copy(queries.weights);
+  const DeviceFp4 device(cache, queries);
   GpuContext gpu(c.backend, 0);
   gpu.ctx.check_device_errors = true;
   const int workers = dsa::default_num_workers(kGpu, gpu.ctx);
@@ -124,12 +131,12 @@ TEST_P(GpuFp4Logits, MatchesTheFloat64Reference) {
   const Fp4CacheGeometry& g = cache.geometry;
   dsa::LogitsOptions options;
   options.clean_logits = true;
-  const dsa::TensorView q = c.fp4_queries ? device_view(codes, DType::uint8, {w.batch, w.next_n, w.heads, kD / 2})
+  const dsa::TensorView q = c.fp4_queries ? device_view(device.codes, DType::uint8, {w.batch, w.next_n, w.heads, kD / 2})
                                           : dw.q_view();
-  if (c.fp4_queries) options.q_block_scales = device_view(scales, DType::int32, {w.batch, w.next_n, w.heads});
+  if (c.fp4_queries) options.q_block_scales = device_view(device.scales, DType::int32, {w.batch, w.next_n, w.heads});
   DSA_GPU_ASSERT_OK(dsa::paged_mqa_logits(
-      q, device_view(cache_device, DType::uint8, {g.num_pages, g.page_tokens, 1, 68}, {g.page_stride, 68, 68, 1}),
-      c.fp4_queries ? device_view(fp4_weights, DType::float32, {w.rows(), w.heads}) : dw.weights_view(),
+      q, device_view(device.cache, DType::uint8, {g.num_pages, g.page_tokens, 1, 68}, {g.page_stride, 68, 68, 1}),
+      c.fp4_queries ? device_view(device.weights, DType::float32, {w.rows(), w.heads}) : dw.weights_view(),
       dw.lens_view(), dw.block_table_view(), schedule_view(schedule), w.max_context_len,
       device_view(logits, DType::float32, {w.rows(), w.max_context_len}, {stride, 1}), options, gpu.ctx));
   EXPECT_TRUE(logits_match(w, fp4_reference_logits(w, cache, c.fp4_queries ? &queries : nullptr),
@@ -167,10 +174,7 @@ TEST_P(GpuFp4Varlen, MatchesTheFloat64ReferenceAndIndexTopk) {
   Fp4Cache cache = fp4_cache_of(w);
   Fp4Queries queries = fp4_queries_of(w);
   const DeviceVarlen dv(v);
-  const dsa::DeviceBuffer cache_device = device_copy(cache.bytes);
-  const dsa::DeviceBuffer codes = device_copy(queries.codes);
-  const dsa::DeviceBuffer scales = device_copy(queries.scales);
-  const dsa::DeviceBuffer fp4_weights = device_copy(queries.weights);
+  const DeviceFp4 device(cache, queries);
   const std::int64_t rows = v.total_rows(), cols = w.max_context_len;
   const int k = 48;
   dsa::IndexTopkOptions index_options;
@@ -187,13 +191,13 @@ TEST_P(GpuFp4Varlen, MatchesTheFloat64ReferenceAndIndexTopk) {
   const dsa::DeviceBuffer schedule = plan_varlen(dv, workers_for(gpu.ctx), dsa::LogitsPath::native, gpu.ctx);
   const Fp4CacheGeometry& g = cache.geometry;
   const dsa::TensorView cache_view =
-      device_view(cache_device, DType::uint8, {g.num_pages, g.page_tokens, 1, 68}, {g.page_stride, 68, 68, 1});
+      device_view(device.cache, DType::uint8, {g.num_pages, g.page_tokens, 1, 68}, {g.page_stride, 68, 68, 1});
   const dsa::TensorView q =
-      c.fp4_queries ? device_view(codes, DType::uint8, {rows, 1, w.heads, kD / 2}) : dv.q_view();
+      c.fp4_queries ? device_view(device.codes, DType::uint8, {rows, 1, w.heads, kD / 2}) : dv.q_view();
   const dsa::TensorView q_scales =
-      c.fp4_queries ? device_view(scales, DType::int32, {rows, 1, w.heads}) : dsa::TensorView{};
+      c.fp4_queries ? device_view(device.scales, DType::int32, {rows, 1, w.heads}) : dsa::TensorView{};
   const dsa::TensorView weights =
-      c.fp4_queries ? device_view(fp4_weights, DType::float32, {rows, w.heads}) : dv.rows.weights_view();
+      c.fp4_queries ? device_view(device.weights, DType::float32, {rows, w.heads}) : dv.rows.weights_view();
   const dsa::DeviceBuffer logits = device_filled(static_cast<std::size_t>(rows * cols * 4), 0xFF);
   const dsa::TensorView logits_view = device_view(logits, DType::float32, {rows, cols});
   dsa::LogitsOptions options;
