@@ -195,6 +195,7 @@ WorkloadShape grid_shape(const GridPoint& point, const Options& options, std::ui
   shape.seed = seed;
   shape.page_tokens = options.page_size;
   shape.key_format = options.key_format;
+  shape.query_format = options.resolved_query_format();
   return shape;
 }
 
@@ -414,7 +415,7 @@ VarlenLine measure_varlen(const Bench& bench, const Options& options) {
     logits_options.key_format = shape.key_format;
     logits_options.request_offsets = request_offsets;
     dsa::TensorView q;
-    if (shape.fp4()) {
+    if (shape.fp4_queries()) {
       q = pipeline.q_codes.view(dsa::DType::uint8, {requests, per_request, heads, dim / 2});
       logits_options.q_block_scales = pipeline.q_scales.view(dsa::DType::int32, {requests, per_request, heads});
     } else {
@@ -737,6 +738,7 @@ int gpu_bench(const Options& options, const Target& target, std::FILE* text, Jso
   parameters.set("page_order", "random permutation");
   parameters.set("page_size", options.page_size);
   parameters.set("key_format", dsa::key_format_name(options.key_format));
+  parameters.set("query_format", dsa::key_format_name(options.resolved_query_format()));
   parameters.set("seed", static_cast<std::int64_t>(options.seed));
   Json& timing = document->set("timing", Json::object());
   timing.set("method", "CUDA events around the enqueued work of each call, the stream held until the call is "
@@ -804,10 +806,11 @@ int gpu_bench(const Options& options, const Target& target, std::FILE* text, Jso
   }
 
   if (!results.empty()) {
-    std::fprintf(text, "\nreference grid: H=%d D=%d k=%d, causal lengths +-30%%, %d-token pages of %s keys in random "
-                       "order; median of %d runs (CUDA events around the enqueued work), inputs rotated over >= 2 copies\n",
+    std::fprintf(text, "\nreference grid: H=%d D=%d k=%d, causal lengths +-30%%, %d-token pages of %s keys (%s "
+                       "queries) in random order; median of %d runs (CUDA events around the enqueued work), inputs "
+                       "rotated over >= 2 copies\n",
                  options.heads, kHeadDim, options.k, options.page_size, dsa::key_format_name(options.key_format),
-                 bench.iters);
+                 dsa::key_format_name(options.resolved_query_format()), bench.iters);
     std::fprintf(text, "floor = max(bytes / copy bandwidth, FLOPs / fp8 rate); floor/t = fraction of the floor reached; "
                        "host = the host's time per native call (validation and enqueue); speedup = per-token / native\n");
     print_grid_table(text, results, true);

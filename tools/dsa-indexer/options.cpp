@@ -146,6 +146,12 @@ std::vector<Flag> flag_table() {
                                        {{"fp8", dsa::KeyFormat::fp8_e4m3}, {"fp4", dsa::KeyFormat::fp4_e2m1}},
                                        &o.key_format);
        }},
+      {"--query-format", true, true, false,
+       [](std::string_view v, Options& o) {
+         return one_of<dsa::KeyFormat>("--query-format", v,
+                                       {{"fp8", dsa::KeyFormat::fp8_e4m3}, {"fp4", dsa::KeyFormat::fp4_e2m1}},
+                                       &o.query_format);
+       }},
       {"--path", true, false, false,
        [](std::string_view v, Options& o) {
          return one_of<dsa::LogitsPath>("--path", v,
@@ -363,6 +369,8 @@ Options of the default run:
   --key-format F  fp8 | fp4: the index-key and query format (default fp8; fp4 is
                   DeepSeek-V4.1's: e2m1 keys and queries with ue8m0 block scales, 68-byte
                   tokens; on a GPU it runs on the generic kernels)
+  --query-format F  fp8 | fp4: the queries alone (default: the key format), e.g. fp8
+                  queries over an fp4 cache as DeepGEMM's fp8_fp4 names take them
   --k N           top-k, 1..2048 (default 2048)
   --path P        auto | native | per-token: how the logits kernel reads the cache
   --seed N        random seed of the workload (default 1)
@@ -381,7 +389,7 @@ Options of bench:
                   S in {512, 4K, 16K} new tokens x prefix P in {0, 32K, 96K}, against the
                   fp8 tensor-core rate, and the ragged top-k of S=4K over P=32K (--heads
                   does not apply) (default full)
-  --heads N, --page-size P, --key-format F, --k N, --seed N
+  --heads N, --page-size P, --key-format F, --query-format F, --k N, --seed N
   --iters N       timed repetitions per measurement (default 50)
   --json[=FILE]   everything measured, as JSON; the table is printed at the end
   Without a CUDA device, bench says the grid needs a GPU, times one small point on the

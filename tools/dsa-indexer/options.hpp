@@ -37,6 +37,11 @@ struct Options {
   int page_size = dsa::kDefaultPageTokens;  // tokens per cache page: 32 or 64
   // fp8_e4m3, or fp4_e2m1: fp4 keys and fp4 queries (DeepSeek-V4.1's indexer format).
   dsa::KeyFormat key_format = dsa::KeyFormat::fp8_e4m3;
+  // The queries' format: fp8 or fp4 (automatic: the keys').
+  dsa::KeyFormat query_format = dsa::KeyFormat::automatic;
+  dsa::KeyFormat resolved_query_format() const {
+    return query_format == dsa::KeyFormat::automatic ? key_format : query_format;
+  }
   dsa::LogitsPath path = dsa::LogitsPath::automatic;
   std::uint64_t seed = 1;
   // Timed repetitions per measurement; unset: a few on the CPU, many on a GPU.

@@ -36,9 +36,9 @@ dsa::Status Pipeline::create(const WorkloadShape& shape, const WorkloadLayout& l
   DSA_RETURN_IF_ERROR(Buffer::allocate(bytes(query_values, DType::bfloat16), device, &p.queries));
   DSA_RETURN_IF_ERROR(Buffer::allocate(bytes(rows * shape.heads, DType::bfloat16), device, &p.head_gate));
   // fp8: a byte a value; fp4: a byte per two values, plus a scale word per (row, head).
-  DSA_RETURN_IF_ERROR(Buffer::allocate(bytes(shape.fp4() ? query_values / 2 : query_values, DType::uint8), device,
+  DSA_RETURN_IF_ERROR(Buffer::allocate(bytes(shape.fp4_queries() ? query_values / 2 : query_values, DType::uint8), device,
                                        &p.q_codes));
-  DSA_RETURN_IF_ERROR(Buffer::allocate(bytes(shape.fp4() ? rows * shape.heads : 0, DType::int32), device, &p.q_scales));
+  DSA_RETURN_IF_ERROR(Buffer::allocate(bytes(shape.fp4_queries() ? rows * shape.heads : 0, DType::int32), device, &p.q_scales));
   DSA_RETURN_IF_ERROR(Buffer::allocate(bytes(rows * shape.heads, DType::float32), device, &p.weights));
   DSA_RETURN_IF_ERROR(Buffer::allocate(bytes(shape.batch, DType::int32), device, &p.prefix_lens));
   DSA_RETURN_IF_ERROR(Buffer::allocate(bytes(rows, DType::int32), device, &p.context_lens));
@@ -72,14 +72,14 @@ dsa::TensorView Pipeline::cache_view_of(const Buffer& memory) const {
 }
 
 dsa::TensorView Pipeline::q_view() const {
-  if (shape_.fp4()) {
+  if (shape_.fp4_queries()) {
     return q_codes.view(dsa::DType::uint8, {shape_.batch, shape_.next_n, shape_.heads, shape_.head_dim / 2});
   }
   return q_codes.view(dsa::DType::float8_e4m3, {shape_.batch, shape_.next_n, shape_.heads, shape_.head_dim});
 }
 
 dsa::TensorView Pipeline::q_block_scales_view() const {
-  if (!shape_.fp4()) return {};
+  if (!shape_.fp4_queries()) return {};
   return q_scales.view(dsa::DType::int32, {shape_.batch, shape_.next_n, shape_.heads});
 }
 
@@ -116,7 +116,7 @@ dsa::Status Pipeline::run_quantize(const dsa::ExecContext& ctx) const {
   const dsa::TensorView q =
       queries.view(dsa::DType::bfloat16, {shape_.batch, shape_.next_n, shape_.heads, shape_.head_dim});
   const dsa::TensorView gate = head_gate.view(dsa::DType::bfloat16, {shape_.rows(), shape_.heads});
-  if (shape_.fp4()) return dsa::quantize_queries_fp4(q, gate, q_view(), q_block_scales_view(), weights_view(), {}, ctx);
+  if (shape_.fp4_queries()) return dsa::quantize_queries_fp4(q, gate, q_view(), q_block_scales_view(), weights_view(), {}, ctx);
   return dsa::quantize_queries(q, gate, q_view(), weights_view(), {}, ctx);
 }
 

@@ -63,7 +63,7 @@ dsa::Status reference_logits_slice(const Pipeline& ref, std::int64_t first, std:
   options.path = dsa::LogitsPath::native;
   options.page_size = shape.page_tokens;
   options.key_format = shape.key_format;
-  if (shape.fp4()) {
+  if (shape.fp4_queries()) {
     options.q_block_scales =
         dsa::make_view(static_cast<std::int32_t*>(ref.q_scales.data()) + first_row * shape.heads, dsa::DType::int32,
                        {requests, shape.next_n, shape.heads});
@@ -125,6 +125,7 @@ dsa::Status execute_run(const Options& options, std::FILE* text, Json* document,
   shape.seed = options.seed;
   shape.page_tokens = options.page_size;
   shape.key_format = options.key_format;
+  shape.query_format = options.resolved_query_format();
   const int k = options.k;
   const int iters = options.iters.value_or(gpu ? kGpuIters : kCpuIters);
   const int warmup = gpu ? kGpuWarmup : 0;  // the CPU was just warmed by the checked pass
@@ -179,6 +180,7 @@ dsa::Status execute_run(const Options& options, std::FILE* text, Json* document,
   shape_json.set("num_pages", layout.num_pages);
   shape_json.set("page_size", shape.page_tokens);
   shape_json.set("key_format", dsa::key_format_name(shape.key_format));
+  shape_json.set("query_format", dsa::key_format_name(shape.query_format));
   shape_json.set("page_order", "random permutation");
   shape_json.set("path", dsa::logits_path_name(path));
   shape_json.set("num_workers", workers);
@@ -187,11 +189,12 @@ dsa::Status execute_run(const Options& options, std::FILE* text, Json* document,
                dsa::backend_name(target.backend), device_text.c_str());
   std::fprintf(text,
                "workload: B=%lld next_n=%d H=%d D=%d k=%d; causal lengths avg %lld +-%s (max %lld); "
-               "%lld pages of %d tokens (%s keys), random order; %s path, %d workers\n",
+               "%lld pages of %d tokens (%s keys, %s queries), random order; %s path, %d workers\n",
                static_cast<long long>(shape.batch), shape.next_n, shape.heads, shape.head_dim, k,
                static_cast<long long>(shape.avg_context), percent_text(shape.spread).c_str(),
                static_cast<long long>(layout.max_context_len), static_cast<long long>(layout.num_pages),
-               shape.page_tokens, dsa::key_format_name(shape.key_format), dsa::logits_path_name(path), workers);
+               shape.page_tokens, dsa::key_format_name(shape.key_format), dsa::key_format_name(shape.query_format),
+               dsa::logits_path_name(path), workers);
 
   dsa::IndexTopkStrategy strategy = dsa::IndexTopkStrategy::fused;
   const std::vector<Stage> stages = {
@@ -291,7 +294,7 @@ dsa::Status execute_run(const Options& options, std::FILE* text, Json* document,
   }
   {
     const ByteComparison q = compare_bytes(q_bytes.data(), ref_q, static_cast<std::int64_t>(q_bytes.size()));
-    checks.add(shape.fp4() ? "fp4 queries" : "fp8 queries", q.passed(),
+    checks.add(shape.fp4_queries() ? "fp4 queries" : "fp8 queries", q.passed(),
                q.passed() ? format("bit-exact (%zu bytes)", q_bytes.size())
                           : format("%lld bytes differ, first at byte %lld", static_cast<long long>(q.mismatches),
                                    static_cast<long long>(q.first_mismatch)));

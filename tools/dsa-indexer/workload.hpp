@@ -24,7 +24,9 @@ struct WorkloadShape {
   dsa::KeyFormat key_format = dsa::KeyFormat::fp8_e4m3;
 
   std::int64_t rows() const { return batch * next_n; }
-  bool fp4() const { return key_format == dsa::KeyFormat::fp4_e2m1; }
+  dsa::KeyFormat query_format = dsa::KeyFormat::fp8_e4m3;  // fp8 or fp4 queries
+
+  bool fp4_queries() const { return query_format == dsa::KeyFormat::fp4_e2m1; }
   // The byte layout of the shape's cache pages.
   dsa::KeyCacheLayout cache_layout() const { return {head_dim, page_tokens, key_format}; }
 };
