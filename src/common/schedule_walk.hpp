@@ -152,6 +152,14 @@ DSA_HD WorkItem schedule_entry(const std::int32_t* schedule, int index) {
   return WorkItem{schedule[2 * index], schedule[2 * index + 1]};
 }
 
+// The planners' split: worker w's first item among `total` items shared by
+// `workers` is floor(w * total / workers), computed exactly in 64 bits
+// (w * (total % workers) < workers^2).
+DSA_HD std::int64_t worker_first_item(std::int64_t worker, std::int64_t total, std::int64_t workers) {
+  const std::int64_t whole = total / workers, rest = total % workers;
+  return worker * whole + worker * rest / workers;
+}
+
 // Worker w's half-open range; the last worker runs to the end of the batch.
 DSA_HD WorkItem worker_begin(const std::int32_t* schedule, int worker) {
   return schedule_entry(schedule, worker);

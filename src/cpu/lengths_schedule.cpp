@@ -26,12 +26,6 @@ std::int32_t row_context_length(LengthConvention convention, std::int32_t input,
   return 0;
 }
 
-// floor(worker * total / num_workers) without overflowing 64 bits.
-std::int64_t first_item_of(std::int64_t worker, std::int64_t total, std::int64_t num_workers) {
-  const std::int64_t whole = total / num_workers, rest = total % num_workers;
-  return worker * whole + worker * rest / num_workers;
-}
-
 }  // namespace
 
 Status context_lens(const LengthsProblem& p, const ExecContext&) {
@@ -68,7 +62,7 @@ Status plan_schedule(const ScheduleProblem& p, const ExecContext&) {
   UnitSpan span = layout.units > 0 ? unit_containing(layout, 0) : UnitSpan{};
   std::int64_t items_before_unit = 0;
   for (int w = 0; w < p.num_workers; ++w) {
-    const std::int64_t first = first_item_of(w, total, p.num_workers);
+    const std::int64_t first = worker_first_item(w, total, p.num_workers);
     WorkItem start{0, 0};
     if (first > 0) {
       // Advance to the unit holding item `first` (workers start in increasing order).

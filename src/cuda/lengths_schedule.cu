@@ -82,13 +82,6 @@ __global__ void context_lens_kernel(LengthsProblem p, DeviceErrorRecord* record)
 constexpr int kPlanThreads = 1024;
 constexpr int kPlanWarps = kPlanThreads / 32;
 
-// floor(worker * total / workers), exactly in 64 bits (as the host planner):
-// worker * rest < workers^2 < 2^62.
-__device__ std::int64_t first_item_of(std::int64_t worker, std::int64_t whole, std::int64_t rest,
-                                      std::int64_t workers) {
-  return worker * whole + worker * rest / workers;
-}
-
 // The unit a thread starts at: the first one named in [first, last) (a row
 // tile named before `first` belongs to the thread whose segment names it).
 __device__ UnitSpan first_owned_unit(const UnitLayout& layout, std::int64_t first, std::int64_t last) {
@@ -162,9 +155,8 @@ __global__ void __launch_bounds__(kPlanThreads) plan_schedule_kernel(SchedulePro
   const std::int64_t segments = per_thread > 0 ? (units + per_thread - 1) / per_thread : 0;
 
   if (threadIdx.x == 0) write_entry(p.schedule, workers, units, kChunkTokens);
-  const std::int64_t whole = total / workers, rest = total % workers;
   for (std::int64_t w = threadIdx.x; w < workers; w += kPlanThreads) {
-    const std::int64_t item = first_item_of(w, whole, rest, workers);
+    const std::int64_t item = worker_first_item(w, total, workers);
     // Item 0 is written (0, 0), the start of the walk, so that a schedule
     // used with other lengths still covers everything.
     if (item == 0) {
