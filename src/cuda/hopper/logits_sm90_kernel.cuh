@@ -916,7 +916,7 @@ __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThread
     ptx::lower_register_limit<kProducerRegisters>();
     if (threadIdx.x < 32 * kProducerWarps) {
       produce<kRows, kHeads, kSelect, kUneven>(p, &key_map, &query_map, smem,
-                                      static_cast<int>(threadIdx.x) / 32);
+                                               static_cast<int>(threadIdx.x) / 32);
     } else {
       fill_uncovered<kRows, !kSelect, kUneven>(p);
     }
