@@ -150,4 +150,56 @@ DSA_HD float fp4_element(const std::uint8_t* codes, std::uint32_t scale_word, in
   return e2m1_to_float(fp4_code(codes, d)) * fp4_block_scale_value(scale_word, d / kFp4BlockElements);
 }
 
+// ---- fp4 codes as fp8 tensor-core operands (the Hopper fp4 kernels) ----------
+//
+// The fp8 products take e5m2 operands. An e2m1 magnitude has one mantissa bit, so
+// code * 2^shift is exact in e5m2 for every shift in [kE5m2ExactShiftMin, 0]:
+// a block's codes scaled by 2^(its exponent - the token's largest) lose nothing
+// when the exponents of one token (or query head) span at most 15.
+inline constexpr int kE5m2ExactShiftMin = -15;
+
+// The eight e5m2 bytes of the e2m1 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 times
+// 2^shift (shift in [kE5m2ExactShiftMin, 0]), as a byte-permutation table:
+// magnitude m's byte is byte m of the pair (low word bytes 0-3, high word 4-7).
+struct E5m2Table {
+  std::uint32_t low, high;
+};
+DSA_HD E5m2Table e5m2_table(int shift) {
+  // Normal results: each nonzero byte's exponent field (bits 2-6) drops by
+  // -shift; below 2^-14 the results are e5m2 subnormals (steps of 2^-16).
+  if (shift == -14) return {0x06040200u, 0x0E0C0A08u};
+  if (shift == -15) return {0x03020100u, 0x0A080604u};
+  const auto k = static_cast<std::uint32_t>(-shift);
+  return {0x3E3C3800u - k * 0x04040400u, 0x46444240u - k * 0x04040404u};
+}
+
+// The bytes of table `t` selected by the low 3 bits of each of the four low
+// nibbles of `selectors` (the device's byte permutation).
+DSA_HD std::uint32_t select_bytes(const E5m2Table& t, std::uint32_t selectors) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(t.low, t.high, selectors & 0x7777u);
+#else
+  const std::uint64_t bytes = (static_cast<std::uint64_t>(t.high) << 32) | t.low;
+  std::uint32_t out = 0;
+  for (int i = 0; i < 4; ++i) {
+    const unsigned index = (selectors >> (4 * i)) & 0x7u;
+    out |= static_cast<std::uint32_t>((bytes >> (8 * index)) & 0xFFu) << (8 * i);
+  }
+  return out;
+#endif
+}
+
+// Eight packed e2m1 codes (element i in nibble i) as eight e5m2 bytes (element
+// i in byte i of out[i / 4]) of code * 2^shift, `t` = e5m2_table(shift). The
+// sign of each code is kept, so a negative zero code gives e5m2 negative zero
+// (no product changes).
+DSA_HD void e2m1x8_to_e5m2(std::uint32_t codes, const E5m2Table& t, std::uint32_t (&out)[2]) {
+  // Sign bit 3 of nibble i to bit 7 of byte i: a 0 / 1 nibble picks byte 0
+  // (0x00) or byte 1 (0x80) of a two-byte table.
+  const std::uint32_t signs = (codes >> 3) & 0x11111111u;
+  const E5m2Table sign_table{0x8000u, 0u};
+  out[0] = select_bytes(t, codes) | select_bytes(sign_table, signs);
+  out[1] = select_bytes(t, codes >> 16) | select_bytes(sign_table, signs >> 16);
+}
+
 }  // namespace dsa::detail

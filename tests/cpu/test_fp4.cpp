@@ -51,6 +51,39 @@ TEST(Fp4Formats, E2m1EncodesNearestTiesToSmallerNoNegativeZero) {
   EXPECT_EQ(dsa::detail::float_to_e2m1(NAN), 0);
 }
 
+// An e5m2 byte's value, decoded here from the format's definition: sign,
+// 5 exponent bits (bias 15), 2 mantissa bits, subnormals in steps of 2^-16.
+double e5m2_value(std::uint8_t byte) {
+  const int exponent = (byte >> 2) & 0x1F;
+  const int mantissa = byte & 0x3;
+  const double magnitude = exponent == 0 ? std::ldexp(mantissa, -16) : std::ldexp(1.0 + mantissa / 4.0, exponent - 15);
+  return (byte & 0x80) ? -magnitude : magnitude;
+}
+
+TEST(Fp4Formats, E2m1ToE5m2IsExactForEveryShiftAndPosition) {
+  const double magnitudes[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
+  for (int shift = dsa::detail::kE5m2ExactShiftMin; shift <= 0; ++shift) {
+    const dsa::detail::E5m2Table table = dsa::detail::e5m2_table(shift);
+    for (int position = 0; position < 8; ++position) {
+      for (std::uint32_t code = 0; code < 16; ++code) {
+        // The other nibbles hold other codes, so positions cannot leak into each other.
+        std::uint32_t codes = 0;
+        for (int i = 0; i < 8; ++i) codes |= ((code + 5u * static_cast<std::uint32_t>(i)) & 0xFu) << (4 * i);
+        codes = (codes & ~(0xFu << (4 * position))) | (code << (4 * position));
+        std::uint32_t out[2];
+        dsa::detail::e2m1x8_to_e5m2(codes, table, out);
+        for (int i = 0; i < 8; ++i) {
+          const std::uint32_t c = (codes >> (4 * i)) & 0xFu;
+          const double want = ((c & 0x8u) ? -1.0 : 1.0) * std::ldexp(magnitudes[c & 0x7u], shift);
+          const auto byte = static_cast<std::uint8_t>(out[i / 4] >> (8 * (i % 4)));
+          ASSERT_EQ(e5m2_value(byte), want) << "shift " << shift << " code " << c << " at " << i;
+          ASSERT_EQ(byte & 0x80u, (c & 0x8u) << 4) << "sign of code " << c;
+        }
+      }
+    }
+  }
+}
+
 TEST(Fp4Formats, BlockScaleRoundsUpToPowersOfTwo) {
   std::vector<float> amaxes{0.0f, 1e-30f, 1e-4f, 2e-4f, 0.5f, 6.0f, std::nextafter(6.0f, 7.0f), 7.0f, 12.0f,
                             3.0f, 448.0f, 1e20f, 1e38f, FLT_MAX};
