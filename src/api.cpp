@@ -87,16 +87,19 @@ Status select_scoring_engine(const char* op, const detail::LogitsProblem& p, con
                              Engine* engine) {
   DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, engine));
   if (!is_cuda_engine(*engine)) return Status::success();
-  // The Hopper kernels read fp8 queries and keys only; fp4 goes to the generic kernels.
-  const bool fp4 = p.fp4_keys() || p.fp4_queries();
-  if (ctx.backend == Backend::cuda_hopper && fp4) {
+  // The Hopper kernels read fp8 queries, with fp8 keys or (apart from rows of
+  // uneven requests) fp4 keys; the other mixes go to the generic kernels.
+  const bool uneven = p.varlen.offsets != nullptr;
+  const bool fp4_refused = p.fp4_queries() || (p.fp4_keys() && uneven);
+  if (ctx.backend == Backend::cuda_hopper && fp4_refused) {
     return {ErrorCode::unsupported,
-            std::string(op) + ": ctx.backend: cuda_hopper reads fp8 queries and fp8 keys only, this call has " +
+            std::string(op) + ": ctx.backend: cuda_hopper reads fp8 queries, with fp8 keys or fp4 keys " +
+                "(fp4 keys not with request_offsets), this call has " +
                 (p.fp4_keys() ? "fp4 keys" : "fp8 keys") + " and " + (p.fp4_queries() ? "fp4 queries" : "fp8 queries") +
-                "; use automatic or cuda_generic"};
+                (uneven ? " with request_offsets" : "") + "; use automatic or cuda_generic"};
   }
   const bool hopper_serves =
-      hopper_candidate(p.device, ctx) && !fp4 &&
+      hopper_candidate(p.device, ctx) && !fp4_refused &&
       cuda::hopper_supports_native(p.rows_per_unit(), static_cast<int>(p.heads), p.head_dim);
   if (ctx.backend == Backend::cuda_hopper && !hopper_serves) {
     return {ErrorCode::unsupported,
@@ -427,6 +430,10 @@ Status index_topk(const TensorView& q, const TensorView& key_cache, const Tensor
     return {ErrorCode::unsupported,
             "index_topk: strategy: the fused pass on CUDA does not take request_offsets (requests of uneven "
             "row counts); use automatic or logits_then_topk"};
+  }
+  if (fused && on_cuda && p.logits.fp4_keys()) {
+    return {ErrorCode::unsupported,
+            "index_topk: strategy: the fused pass on CUDA reads fp8 keys only; use automatic or logits_then_topk"};
   }
   if (fused && engine == Engine::cuda_generic) {
     return {ErrorCode::unsupported,

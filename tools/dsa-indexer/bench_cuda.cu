@@ -283,7 +283,7 @@ __global__ void __launch_bounds__(kPeakThreads) fp8_peak_kernel(float* sink, int
 #pragma unroll
     for (int k = 0; k < kPeakSlices; ++k) {
       // Descriptor addresses count 16-byte units: a k32 slice is 2 of them.
-      ptx::WgmmaE4m3<N>::mma(d, ptx::swizzle128_descriptor(a + 2 * k), ptx::swizzle128_descriptor(b + 2 * k),
+      ptx::WgmmaFp8<N>::mma(d, ptx::swizzle128_descriptor(a + 2 * k), ptx::swizzle128_descriptor(b + 2 * k),
                              true);
     }
     ptx::wgmma_commit();

@@ -24,9 +24,13 @@ Status encode_key_map(const CacheRef& cache, CUtensorMap* map) {
   // A cache without pages still needs a well-formed map; no page is read then.
   const std::int64_t pages = cache.num_pages > 0 ? cache.num_pages : 1;
   const auto rows = static_cast<std::uint32_t>(cache.page_tokens);
-  const std::uint64_t dims[3] = {kHeadDim, rows, static_cast<std::uint64_t>(pages)};
-  const std::uint64_t strides[2] = {kHeadDim, static_cast<std::uint64_t>(cache.page_stride)};
-  const std::uint32_t box[3] = {kHeadDim, rows, 1};
+  // fp4 rows (D / 2 code bytes) land packed, for the consumers to turn.
+  const bool fp4 = cache.format == KeyFormat::fp4_e2m1;
+  const std::uint32_t row_bytes = fp4 ? kKeyRowBytes<true> : kKeyRowBytes<false>;
+  const std::uint64_t dims[3] = {row_bytes, rows, static_cast<std::uint64_t>(pages)};
+  const std::uint64_t strides[2] = {row_bytes, static_cast<std::uint64_t>(cache.page_stride)};
+  const std::uint32_t box[3] = {row_bytes, rows, 1};
+  if (fp4) return encode_plain_map("paged_mqa_logits", "key cache", cache.base, 3, dims, strides, box, map);
   return encode_swizzled_map("paged_mqa_logits", "key cache", cache.base, 3, dims, strides, box, map);
 }
 

@@ -52,6 +52,12 @@ inline constexpr int kHeadDim = 128;
 // A stage holds the keys of kStageTokens positions, then their scales, as
 // one 64-token page would: a 32-token page fills half of each.
 inline constexpr int kStageKeyBytes = kStageTokens * kHeadDim;
+// A cache row's key bytes: fp8 codes, or fp4 codes two a byte.
+template <bool kFp4Keys>
+inline constexpr int kKeyRowBytes = kFp4Keys ? kHeadDim / 2 : kHeadDim;
+// Where a stage's copied key bytes start in its key area.
+template <bool kFp4Keys>
+inline constexpr int kStageCodesOffset = kFp4Keys ? kStageKeyBytes / 2 : 0;
 inline constexpr int kStageScaleBytes = kStageTokens * 4;
 inline constexpr int kStagesPerChunk = kChunkTokens / kStageTokens;
 inline constexpr int kMaxPagesPerStage = kStageTokens / 32;
@@ -150,6 +156,7 @@ struct StageInfo {
   // the block table points outside the cache (a 32-token page beside one
   // that is read): they score NaN. Empty when every page was read.
   std::int32_t refused_begin, refused_end;
+  std::int32_t loaded_rows;  // rows [0, loaded_rows) hold this stage's pages (the rest: stale)
 };
 
 // One unit's queries travel by tensor copy; this is the rest of what the
@@ -344,7 +351,7 @@ __device__ __forceinline__ bool unscored_value(const LogitsKernelParams& p, std:
 // 8-row units have), so each slot also records the last round pushed into it:
 // a producer pushes round r only after round r - 1 was pushed, whose pusher
 // had seen round r - 2 released, and the parity it then waits on is exact.
-template <int kRows, int kHeads, bool kSelect, bool kUneven>
+template <int kRows, int kHeads, bool kSelect, bool kUneven, bool kFp4Keys>
 __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUtensorMap* key_map,
                                         const CUtensorMap* query_map, unsigned char* smem,
                                         int producer) {
@@ -393,16 +400,19 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
       const unsigned refused = ~read & ((1u << page_count) - 1);
       const int refused_begin = refused == 0 ? 0 : (__ffs(refused) - 1) * p.page_tokens;
       const int refused_end = refused == 0 ? 0 : (32 - __clz(refused)) * p.page_tokens;
-      stage_info[slot] = StageInfo{rows.first_row, first_position, generation, kind, refused_begin, refused_end};
+      stage_info[slot] = StageInfo{rows.first_row, first_position, generation, kind,
+                                   refused_begin, refused_end, page_count * p.page_tokens};
       if (kind == kStagePage) {
-        const int key_bytes = p.page_tokens * kHeadDim;
+        // fp4 codes land in the upper half of the stage's key bytes, where the
+        // consumer turns them into the e5m2 rows its products read.
+        const int key_bytes = p.page_tokens * kKeyRowBytes<kFp4Keys>;
         const int scale_bytes = p.page_tokens * 4;
         ptx::mbarrier_arrive_expect_tx(&page_full[slot], __popc(read) * (key_bytes + scale_bytes));
 #pragma unroll
         for (int i = 0; i < kMaxPagesPerStage; ++i) {
           if ((read >> i & 1u) == 0) continue;
-          ptx::tensor_copy_3d(Layout::page_keys(smem, slot) + i * key_bytes, key_map, 0, 0, pages[i],
-                              &page_full[slot]);
+          ptx::tensor_copy_3d(Layout::page_keys(smem, slot) + kStageCodesOffset<kFp4Keys> + i * key_bytes, key_map,
+                              0, 0, pages[i], &page_full[slot]);
           ptx::bulk_copy(Layout::page_scales(smem, slot) + i * p.page_tokens,
                          p.cache_base + pages[i] * p.page_stride + key_bytes, scale_bytes,
                          &page_full[slot]);
@@ -678,8 +688,9 @@ struct Pass {
   static constexpr bool kLast = kNextRow == kRows;
 };
 
-// Issues (without waiting) the matrix product of one pass into `acc`.
-template <int kHeads, int kFirstRow, int kColumns>
+// Issues (without waiting) the matrix product of one pass into `acc`; kKeys:
+// the type of the page's key bytes (e5m2 for fp4 keys the consumer turned).
+template <int kHeads, int kFirstRow, int kColumns, ptx::Fp8Type kKeys>
 __device__ __forceinline__ void issue_pass(const PageContext& page, float (&acc)[kColumns / 2]) {
   const std::uint32_t key_descriptor = ptx::k_major_swizzle128_descriptor_low(page.keys);
   const std::uint32_t query_descriptor =
@@ -688,8 +699,8 @@ __device__ __forceinline__ void issue_pass(const PageContext& page, float (&acc)
 #pragma unroll
   for (int k = 0; k < kHeadDim / 32; ++k) {
     // 32 bytes along K inside the swizzle atom = 2 descriptor address units.
-    ptx::WgmmaE4m3<kColumns>::mma(acc, ptx::swizzle128_descriptor(key_descriptor + 2 * k),
-                                  ptx::swizzle128_descriptor(query_descriptor + 2 * k), k > 0);
+    ptx::WgmmaFp8<kColumns, kKeys>::mma(acc, ptx::swizzle128_descriptor(key_descriptor + 2 * k),
+                                        ptx::swizzle128_descriptor(query_descriptor + 2 * k), k > 0);
   }
   ptx::wgmma_commit();
 }
@@ -732,31 +743,129 @@ __device__ __forceinline__ void pass_logits(const PageContext& page,
 
 // Turns one finished pass into logits and stores them (-inf past a row's
 // length), or with kSelect leaves them to the selectors.
+// Stores the logit of draft row j at the stage's key row stage_row (-inf past
+// the row's length, NaN on a refused page), or with kSelect leaves it to the
+// selectors.
+template <bool kSelect>
+__device__ __forceinline__ void store_stage_logit(const LogitsKernelParams& p, const PageContext& page, int j,
+                                                  int stage_row, float value) {
+  const bool refused = stage_row >= page.refused_begin && stage_row < page.refused_end;
+  if constexpr (kSelect) {
+    // The selectors apply the lengths.
+    page.page_logits[j * kStageTokens + stage_row] = refused ? invalid_logit() : value;
+    return;
+  }
+  const std::int32_t length = page.lengths[j];
+  if (length < 0) return;
+  const std::int64_t position = page.first_position + stage_row;
+  if ((position < length && !refused) || unscored_value(p, position, length, &value)) {
+    store_logit(p, page.first_row + j, position, value);
+  }
+}
+
 template <int kHeads, int kFirstRow, int kRowsInPass, bool kSelect>
 __device__ __forceinline__ void finish_pass(const LogitsKernelParams& p, const PageContext& page,
                                             const float (&acc)[kRowsInPass * kHeads / 2]) {
   pass_logits<kHeads, kFirstRow, kRowsInPass>(page, acc, [&](int j, int stage_row, float value) {
-    const bool refused = stage_row >= page.refused_begin && stage_row < page.refused_end;
-    if constexpr (kSelect) {
-      // The selectors apply the lengths.
-      page.page_logits[j * kStageTokens + stage_row] = refused ? invalid_logit() : value;
-      return;
-    }
-    const std::int32_t length = page.lengths[j];
-    if (length < 0) return;
-    const std::int64_t position = page.first_position + stage_row;
-    if ((position < length && !refused) || unscored_value(p, position, length, &value)) {
-      store_logit(p, page.first_row + j, position, value);
-    }
+    store_stage_logit<kSelect>(p, page, j, stage_row, value);
   });
 }
 
-// Scores the passes of a page one after another: release() runs once the
-// last product has read the page, finish(first_row, rows, acc) turns each
-// finished pass (rows draft rows from first_row, as integral constants)
-// into logits. Passes from draft row page.rows_in_use on are skipped (a row
+// ---- fp4 keys -------------------------------------------------------------------
+
+// Turns a stage's fp4 keys (64 rows of packed codes at kStageCodesOffset, a
+// scale word per row in `scales`) into what the fp8 path reads: e5m2 rows in
+// the stage's key bytes, swizzled as a copied page, each block's codes times
+// 2^(its exponent - the row's largest), and the row's largest scale as its
+// float scale. Exact while a row's exponents span at most 15 and hold no
+// ue8m0 0 or 255; a stage with a loaded row beyond that is left as it is and
+// false returned (score_stage_exactly then scores it). Every thread of the
+// consumer warpgroup calls it; `barrier` is the warpgroup's named barrier.
+__device__ __forceinline__ bool turn_fp4_stage(unsigned char* keys, float* scales, const StageInfo& stage,
+                                               int thread, int barrier) {
+  const int row = thread / 2, half = thread % 2;
+  const std::uint32_t word = reinterpret_cast<const std::uint32_t*>(scales)[row];
+  int top = 0, bottom = 255;
+#pragma unroll
+  for (int b = 0; b < kHeadDim / kFp4BlockElements; ++b) {
+    const int exponent = static_cast<int>((word >> (8 * b)) & 0xFFu);
+    top = exponent > top ? exponent : top;
+    bottom = exponent < bottom ? exponent : bottom;
+  }
+  const bool loaded = row < stage.loaded_rows && !(row >= stage.refused_begin && row < stage.refused_end);
+  const bool inexact = loaded && (bottom < 1 || top > 254 || top - bottom > -kE5m2ExactShiftMin);
+  if (ptx::named_barrier_or(barrier, kWarpgroupThreads, inexact)) return false;
+  const auto* codes = reinterpret_cast<const uint4*>(keys + kStageCodesOffset<true> + row * kKeyRowBytes<true> +
+                                                     half * kKeyRowBytes<true> / 2);
+  const uint4 first = codes[0], second = codes[1];
+  ptx::named_barrier_sync(barrier, kWarpgroupThreads);  // every code is read before a row is written
+  const std::uint32_t words[8] = {first.x, first.y, first.z, first.w, second.x, second.y, second.z, second.w};
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int block = 2 * half + k;
+    const int shift = static_cast<int>((word >> (8 * block)) & 0xFFu) - top;
+    const E5m2Table table = e5m2_table(loaded && shift >= kE5m2ExactShiftMin ? shift : 0);
+    std::uint32_t out[8];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      std::uint32_t pair[2];
+      e2m1x8_to_e5m2(words[4 * k + w], table, pair);
+      out[2 * w] = pair[0];
+      out[2 * w + 1] = pair[1];
+    }
+    // The block's 32 bytes are 16-byte chunks 2 * block and 2 * block + 1 of the
+    // row, placed by the 128-byte swizzle (chunk index ^ row % 8).
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int chunk = (2 * block + c) ^ (row & 7);
+      *reinterpret_cast<uint4*>(keys + row * kHeadDim + chunk * 16) =
+          make_uint4(out[4 * c], out[4 * c + 1], out[4 * c + 2], out[4 * c + 3]);
+    }
+  }
+  if (half == 0) scales[row] = loaded ? __uint_as_float(static_cast<std::uint32_t>(top) << 23) : 0.0f;
+  ptx::fence_proxy_async_shared();  // the rows are the products' operands
+  ptx::named_barrier_sync(barrier, kWarpgroupThreads);
+  return true;
+}
+
+// Scores a stage of fp4 keys (as turn_fp4_stage left it untouched) against
+// fp8 queries value by value: per block of 32, the code products summed in
+// float32 and scaled by the block's scale, then the weighted ReLU sum over the
+// heads. For the rare rows the e5m2 products cannot hold exactly.
+template <int kRows, int kHeads, bool kSelect>
+__device__ void score_stage_exactly(const LogitsKernelParams& p, const PageContext& page, const StageInfo& stage,
+                                    const std::uint32_t* scale_words, int thread) {
+  for (int pair = thread; pair < kRows * kStageTokens; pair += kWarpgroupThreads) {
+    const int j = pair / kStageTokens, row = pair % kStageTokens;
+    float logit = 0.0f;
+    if (row < stage.loaded_rows) {
+      const unsigned char* codes = page.keys + kStageCodesOffset<true> + row * kKeyRowBytes<true>;
+      for (int h = 0; h < kHeads; ++h) {
+        const int query_row = j * kHeads + h;
+        const unsigned char* query = page.queries + query_row * kHeadDim;
+        float dot = 0.0f;
+        for (int b = 0; b < kHeadDim / kFp4BlockElements; ++b) {
+          float block_sum = 0.0f;
+          for (int d = b * kFp4BlockElements; d < (b + 1) * kFp4BlockElements; ++d) {
+            const int chunk = (d / 16) ^ (query_row & 7);  // the query slot's swizzle
+            block_sum = fmaf(e4m3_to_float(query[chunk * 16 + d % 16]), e2m1_to_float(fp4_code(codes, d)), block_sum);
+          }
+          dot = fmaf(block_sum, fp4_block_scale_value(scale_words[row], b), dot);
+        }
+        logit = fmaf(page.weights[query_row], fmaxf(dot, 0.0f), logit);
+      }
+    }
+    store_stage_logit<kSelect>(p, page, j, row, logit);
+  }
+}
+
+// Scores the passes of a page one after another (kKeys: the type of its key
+// bytes): release() runs once the last product has read the page,
+// finish(first_row, rows, acc) turns each finished pass (rows draft rows from
+// first_row, as integral constants) into logits. Passes from draft row page.rows_in_use on are skipped (a row
 // tile of a request with fewer rows computes only its own).
-template <int kRows, int kHeads, int kPassColumns, int kFirstRow, typename Release, typename Finish>
+template <int kRows, int kHeads, int kPassColumns, int kFirstRow, ptx::Fp8Type kKeys = ptx::Fp8Type::e4m3,
+          typename Release, typename Finish>
 __device__ __forceinline__ void score_passes(const PageContext& page, Release&& release, Finish&& finish) {
   using This = Pass<kRows, kHeads, kPassColumns, kFirstRow>;
   if (kFirstRow >= page.rows_in_use) {  // no later row of the unit is scored
@@ -764,18 +873,18 @@ __device__ __forceinline__ void score_passes(const PageContext& page, Release&& 
     return;
   }
   float acc[This::kColumns / 2];
-  issue_pass<kHeads, kFirstRow, This::kColumns>(page, acc);
+  issue_pass<kHeads, kFirstRow, This::kColumns, kKeys>(page, acc);
   ptx::wgmma_wait<0>();
 #pragma unroll
   for (int i = 0; i < This::kColumns / 2; ++i) ptx::fence_operand(acc[i]);
   if constexpr (This::kLast) release();
   finish(std::integral_constant<int, kFirstRow>{}, std::integral_constant<int, This::kRowsInPass>{}, acc);
   if constexpr (!This::kLast) {
-    score_passes<kRows, kHeads, kPassColumns, This::kNextRow>(page, release, finish);
+    score_passes<kRows, kHeads, kPassColumns, This::kNextRow, kKeys>(page, release, finish);
   }
 }
 
-template <int kRows, int kHeads, int kPassColumns, bool kSelect>
+template <int kRows, int kHeads, int kPassColumns, bool kSelect, bool kFp4Keys>
 __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned char* smem,
                                        int consumer) {
   using Layout = SharedLayout<kRows, kHeads, kSelect>;
@@ -811,7 +920,11 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
       ptx::mbarrier_arrive(&page_empty[slot]);
     };
     if (stage.kind == kStagePage) {
-      const float* scales = Layout::page_scales(smem, slot);
+      float* scales = Layout::page_scales(smem, slot);
+      bool turned = true;
+      if constexpr (kFp4Keys) {
+        turned = turn_fp4_stage(Layout::page_keys(smem, slot), scales, stage, thread, 1 + consumer);
+      }
       PageContext page;
       page.keys = Layout::page_keys(smem, slot);
       page.queries = Layout::query_slot(smem, query_slot);
@@ -828,9 +941,17 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
       page.warp = warp;
       page.lane = lane;
       page.page_logits = page_logits;
-      score_passes<kRows, kHeads, kPassColumns, 0>(page, release_page, [&](auto first_row, auto rows, const auto& acc) {
-        finish_pass<kHeads, decltype(first_row)::value, decltype(rows)::value, kSelect>(p, page, acc);
-      });
+      constexpr ptx::Fp8Type kKeys = kFp4Keys ? ptx::Fp8Type::e5m2 : ptx::Fp8Type::e4m3;
+      if (turned) {
+        score_passes<kRows, kHeads, kPassColumns, 0, kKeys>(
+            page, release_page, [&](auto first_row, auto rows, const auto& acc) {
+              finish_pass<kHeads, decltype(first_row)::value, decltype(rows)::value, kSelect>(p, page, acc);
+            });
+      } else if constexpr (kFp4Keys) {
+        score_stage_exactly<kRows, kHeads, kSelect>(p, page, stage, reinterpret_cast<const std::uint32_t*>(scales),
+                                                    thread);
+        release_page();
+      }
     } else if constexpr (kSelect) {
       release_page();
       for (int index = thread; index < kRows * kStageTokens; index += kWarpgroupThreads) {
@@ -868,7 +989,9 @@ __device__ __forceinline__ void select_pages(const LogitsKernelParams& p, unsign
 // kSelect: the selection kernel of the fused index_topk, which writes
 // candidate lists (p.lists) instead of logits. kUneven: units are row tiles of
 // requests of uneven row counts (p.varlen), checked on the device first.
-template <int kRows, int kHeads, int kPassColumns, bool kSelect, bool kUneven>
+// kFp4Keys: the cache holds fp4 keys (cache_format.hpp), turned into e5m2 by
+// the consumers (turn_fp4_stage).
+template <int kRows, int kHeads, int kPassColumns, bool kSelect, bool kUneven, bool kFp4Keys>
 __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThreads), 1)
     paged_logits_sm90_kernel(const LogitsKernelParams p, const __grid_constant__ CUtensorMap key_map,
                              const __grid_constant__ CUtensorMap query_map) {
@@ -915,14 +1038,14 @@ __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThread
   if (warpgroup == 0) {
     ptx::lower_register_limit<kProducerRegisters>();
     if (threadIdx.x < 32 * kProducerWarps) {
-      produce<kRows, kHeads, kSelect, kUneven>(p, &key_map, &query_map, smem,
-                                               static_cast<int>(threadIdx.x) / 32);
+      produce<kRows, kHeads, kSelect, kUneven, kFp4Keys>(p, &key_map, &query_map, smem,
+                                      static_cast<int>(threadIdx.x) / 32);
     } else {
       fill_uncovered<kRows, !kSelect, kUneven>(p);
     }
   } else if (warpgroup <= Layout::kConsumers) {
     ptx::raise_register_limit<consumer_registers(Layout::kConsumers, kSelect)>();
-    consume<kRows, kHeads, kPassColumns, kSelect>(p, smem, warpgroup - 1);
+    consume<kRows, kHeads, kPassColumns, kSelect, kFp4Keys>(p, smem, warpgroup - 1);
   } else if constexpr (kSelect) {
     ptx::raise_register_limit<kSelectorRegisters>();
     const int selector = (static_cast<int>(threadIdx.x) / 32) % kSelectorWarps;

@@ -235,6 +235,38 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 #endif
 }
 
+// ---- named barriers ------------------------------------------------------------
+
+// Barrier `id` (1..15; 0 is __syncthreads') of `threads` threads, whole warps.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+#if DSA_SM90A_ENABLED
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+#else
+  (void)id;
+  (void)threads;
+#endif
+}
+
+// As named_barrier_sync, returning whether `value` held in any of the threads.
+__device__ __forceinline__ bool named_barrier_or(int id, int threads, bool value) {
+#if DSA_SM90A_ENABLED
+  int any = 0;
+  asm volatile(
+      "{\n.reg .pred p, q;\n"
+      "setp.ne.b32 p, %1, 0;\n"
+      "barrier.cta.red.or.pred q, %2, %3, p;\n"
+      "selp.b32 %0, 1, 0, q;\n}\n"
+      : "=r"(any)
+      : "r"(static_cast<int>(value)), "r"(id), "r"(threads)
+      : "memory");
+  return any != 0;
+#else
+  (void)id;
+  (void)threads;
+  return value;
+#endif
+}
+
 // ---- warp specialization ------------------------------------------------------
 
 // Register reallocation between warpgroups; every warp of the warpgroup executes it.
@@ -327,12 +359,16 @@ __device__ __forceinline__ void wgmma_wait() {
 #endif
 }
 
-// D[64 x N] (+)= A[64 x 32] * B[N x 32]^T with e4m3 operands from shared
-// memory (both K-major) and float32 accumulators; thread t of the warpgroup
-// holds rows 16 * (t / 32) + (t % 32) / 4 + {0, 8} and columns
-// 8 * i + 2 * (t % 4) + {0, 1}: d[4 i + 2 r + c] is (row offset 8 r, column 8 i + 2 (t % 4) + c).
-template <int N>
-struct WgmmaE4m3;
+// The 8-bit float types of the fp8 products' operands.
+enum class Fp8Type { e4m3, e5m2 };
+
+// D[64 x N] (+)= A[64 x 32] * B[N x 32]^T with 8-bit float operands of types
+// kA and kB from shared memory (both K-major) and float32 accumulators;
+// thread t of the warpgroup holds rows 16 * (t / 32) + (t % 32) / 4 + {0, 8}
+// and columns 8 * i + 2 * (t % 4) + {0, 1}: d[4 i + 2 r + c] is (row offset
+// 8 r, column 8 i + 2 (t % 4) + c).
+template <int N, Fp8Type kA = Fp8Type::e4m3, Fp8Type kB = Fp8Type::e4m3>
+struct WgmmaFp8;
 
 // Inline PTX names its operands by number only, so a product's N / 2
 // accumulators are spelled out: operands %0 .. %(N / 2 - 1) bound to d[0 ..],
@@ -371,35 +407,42 @@ struct WgmmaE4m3;
       DSA_WGMMA_BIND8(88), DSA_WGMMA_BIND8(96), DSA_WGMMA_BIND8(104), DSA_WGMMA_BIND8(112),       \
       DSA_WGMMA_BIND8(120)
 #if DSA_SM90A_ENABLED
-#define DSA_WGMMA_E4M3_BODY(N, ACC, A, B, FLAG, ...)                                              \
+#define DSA_WGMMA_FP8_BODY(N, TYPES, ACC, A, B, FLAG, ...)                                        \
   asm volatile("{\n.reg .pred p;\n"                                                               \
                "setp.ne.b32 p, " FLAG ", 0;\n"                                                    \
-               "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 "                        \
+               "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32." TYPES " "                        \
                "{" ACC "}, " A ", " B ", p, 1, 1;\n}\n"                                           \
                : __VA_ARGS__                                                                      \
                : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 #else
-#define DSA_WGMMA_E4M3_BODY(N, ACC, A, B, FLAG, ...)                                              \
+#define DSA_WGMMA_FP8_BODY(N, TYPES, ACC, A, B, FLAG, ...)                                        \
   (void)d;                                                                                        \
   (void)desc_a;                                                                                   \
   (void)desc_b;                                                                                   \
   (void)accumulate;
 #endif
-#define DSA_WGMMA_E4M3(N, ACC, A, B, FLAG, ...)                                                   \
+#define DSA_WGMMA_FP8(N, KA, KB, TYPES, ACC, A, B, FLAG, ...)                                     \
   template <>                                                                                     \
-  struct WgmmaE4m3<N> {                                                                           \
+  struct WgmmaFp8<N, Fp8Type::KA, Fp8Type::KB> {                                                  \
     static __device__ __forceinline__ void mma(float (&d)[N / 2], std::uint64_t desc_a,           \
                                                std::uint64_t desc_b, bool accumulate) {           \
-      DSA_WGMMA_E4M3_BODY(N, ACC, A, B, FLAG, __VA_ARGS__)                                        \
+      DSA_WGMMA_FP8_BODY(N, TYPES, ACC, A, B, FLAG, __VA_ARGS__)                                  \
     }                                                                                             \
   };
+// Every product width for one pair of operand types.
+#define DSA_WGMMA_FP8_WIDTHS(KA, KB, TYPES)                                                       \
+  DSA_WGMMA_FP8(32, KA, KB, TYPES, DSA_WGMMA_ACC_1, "%16", "%17", "%18", DSA_WGMMA_BIND_1)        \
+  DSA_WGMMA_FP8(64, KA, KB, TYPES, DSA_WGMMA_ACC_2, "%32", "%33", "%34", DSA_WGMMA_BIND_2)        \
+  DSA_WGMMA_FP8(128, KA, KB, TYPES, DSA_WGMMA_ACC_4, "%64", "%65", "%66", DSA_WGMMA_BIND_4)       \
+  DSA_WGMMA_FP8(256, KA, KB, TYPES, DSA_WGMMA_ACC_8, "%128", "%129", "%130", DSA_WGMMA_BIND_8)
 
-DSA_WGMMA_E4M3(32, DSA_WGMMA_ACC_1, "%16", "%17", "%18", DSA_WGMMA_BIND_1)
-DSA_WGMMA_E4M3(64, DSA_WGMMA_ACC_2, "%32", "%33", "%34", DSA_WGMMA_BIND_2)
-DSA_WGMMA_E4M3(128, DSA_WGMMA_ACC_4, "%64", "%65", "%66", DSA_WGMMA_BIND_4)
-DSA_WGMMA_E4M3(256, DSA_WGMMA_ACC_8, "%128", "%129", "%130", DSA_WGMMA_BIND_8)
-#undef DSA_WGMMA_E4M3
-#undef DSA_WGMMA_E4M3_BODY
+DSA_WGMMA_FP8_WIDTHS(e4m3, e4m3, "e4m3.e4m3")
+// fp4 keys (as e5m2) against fp8 or fp4 (as e5m2) queries.
+DSA_WGMMA_FP8_WIDTHS(e5m2, e4m3, "e5m2.e4m3")
+DSA_WGMMA_FP8_WIDTHS(e5m2, e5m2, "e5m2.e5m2")
+#undef DSA_WGMMA_FP8_WIDTHS
+#undef DSA_WGMMA_FP8
+#undef DSA_WGMMA_FP8_BODY
 #undef DSA_WGMMA_ACC_1
 #undef DSA_WGMMA_ACC_2
 #undef DSA_WGMMA_ACC_3

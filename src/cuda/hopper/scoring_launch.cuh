@@ -33,12 +33,12 @@ LogitsKernelParams kernel_params(const LogitsProblem& p, const ExecContext& ctx)
 // Launches the kernel instance for units of kRows draft rows of kHeads heads
 // (kSelect: the selection kernel; kUneven: row tiles of request_offsets) on
 // ctx.stream, one CTA per worker.
-template <int kRows, int kHeads, bool kSelect, bool kUneven = false>
+template <int kRows, int kHeads, bool kSelect, bool kUneven = false, bool kFp4Keys = false>
 Status launch(const LogitsKernelParams& params, const ExecContext& ctx, const CUtensorMap& key_map,
               const CUtensorMap& query_map) {
   using Layout = SharedLayout<kRows, kHeads, kSelect>;
   constexpr int kSharedBytes = Layout::launch_bytes;
-  auto* kernel = &paged_logits_sm90_kernel<kRows, kHeads, kScoringPassColumns, kSelect, kUneven>;
+  auto* kernel = &paged_logits_sm90_kernel<kRows, kHeads, kScoringPassColumns, kSelect, kUneven, kFp4Keys>;
   DSA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
   return launch_kernel("paged_logits_sm90_kernel", kernel,
@@ -64,11 +64,12 @@ Status for_rows(int rows, Launch&& launch) {
                                    " rows per unit"};
 }
 
-template <int kHeads, bool kSelect>
+template <int kHeads, bool kSelect, bool kFp4Keys = false>
 Status launch_for_rows(int rows, const LogitsKernelParams& params, const ExecContext& ctx,
                        const CUtensorMap& key_map, const CUtensorMap& query_map) {
   return for_rows(rows, [&](auto rows_constant) {
-    return launch<decltype(rows_constant)::value, kHeads, kSelect>(params, ctx, key_map, query_map);
+    return launch<decltype(rows_constant)::value, kHeads, kSelect, false, kFp4Keys>(params, ctx, key_map,
+                                                                                   query_map);
   });
 }
 
@@ -97,6 +98,10 @@ Status launch_scoring(const LogitsProblem& p, const LogitsKernelParams& params,
     if (p.varlen.offsets != nullptr) {
       if (p.heads == 32) return launch_uneven<32>(rows, params, ctx, key_map, query_map);
       return launch_uneven<64>(rows, params, ctx, key_map, query_map);
+    }
+    if (p.fp4_keys()) {
+      if (p.heads == 32) return launch_for_rows<32, false, true>(rows, params, ctx, key_map, query_map);
+      return launch_for_rows<64, false, true>(rows, params, ctx, key_map, query_map);
     }
   }
   if (p.heads == 32) return launch_for_rows<32, kSelect>(rows, params, ctx, key_map, query_map);

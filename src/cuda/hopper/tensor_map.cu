@@ -24,11 +24,9 @@ Status tensor_map_encoder(const char* op, PFN_cuTensorMapEncodeTiled_v12000* enc
   return Status::success();
 }
 
-}  // namespace
-
-Status encode_swizzled_map(const char* op, const char* what, const void* base, int rank,
-                           const std::uint64_t* dims, const std::uint64_t* strides,
-                           const std::uint32_t* box, CUtensorMap* map) {
+Status encode_map(const char* op, const char* what, const void* base, int rank, const std::uint64_t* dims,
+                  const std::uint64_t* strides, const std::uint32_t* box, CUtensorMapSwizzle swizzle,
+                  CUtensorMap* map) {
   PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
   DSA_RETURN_IF_ERROR(tensor_map_encoder(op, &encode));
   cuuint64_t map_dims[5];
@@ -44,12 +42,26 @@ Status encode_swizzled_map(const char* op, const char* what, const void* base, i
   const CUresult result =
       encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<cuuint32_t>(rank), const_cast<void*>(base),
              map_dims, map_strides, map_box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+             swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (result != CUDA_SUCCESS) {
     return {ErrorCode::cuda_error, std::string(op) + ": encoding the " + what + " tensor map failed (CUresult " +
                                        std::to_string(static_cast<int>(result)) + ")"};
   }
   return Status::success();
+}
+
+}  // namespace
+
+Status encode_swizzled_map(const char* op, const char* what, const void* base, int rank,
+                           const std::uint64_t* dims, const std::uint64_t* strides,
+                           const std::uint32_t* box, CUtensorMap* map) {
+  return encode_map(op, what, base, rank, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, map);
+}
+
+Status encode_plain_map(const char* op, const char* what, const void* base, int rank,
+                        const std::uint64_t* dims, const std::uint64_t* strides,
+                        const std::uint32_t* box, CUtensorMap* map) {
+  return encode_map(op, what, base, rank, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE, map);
 }
 
 }  // namespace dsa::detail::cuda::hopper

@@ -19,4 +19,10 @@ Status encode_swizzled_map(const char* op, const char* what, const void* base, i
                            const std::uint64_t* dims, const std::uint64_t* strides,
                            const std::uint32_t* box, CUtensorMap* map);
 
+// As encode_swizzled_map, the box landing in shared memory as it is, rows
+// packed (fp4 codes, which the consumers read and rewrite themselves).
+Status encode_plain_map(const char* op, const char* what, const void* base, int rank,
+                        const std::uint64_t* dims, const std::uint64_t* strides,
+                        const std::uint32_t* box, CUtensorMap* map);
+
 }  // namespace dsa::detail::cuda::hopper
