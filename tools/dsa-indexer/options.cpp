@@ -368,9 +368,10 @@ Options of the default run:
   --page-size P   tokens per cache page, 32 or 64 (default 64)
   --key-format F  fp8 | fp4: the index-key and query format (default fp8; fp4 is
                   DeepSeek-V4.1's: e2m1 keys and queries with ue8m0 block scales, 68-byte
-                  tokens; on a GPU it runs on the generic kernels)
+                  tokens; on a GPU fp4 queries run on the generic kernels)
   --query-format F  fp8 | fp4: the queries alone (default: the key format), e.g. fp8
-                  queries over an fp4 cache as DeepGEMM's fp8_fp4 names take them
+                  queries over an fp4 cache as DeepGEMM's fp8_fp4 names take them (on
+                  Hopper GPUs the sm_90a kernels read that mix)
   --k N           top-k, 1..2048 (default 2048)
   --path P        auto | native | per-token: how the logits kernel reads the cache
   --seed N        random seed of the workload (default 1)
