@@ -741,8 +741,6 @@ __device__ __forceinline__ void pass_logits(const PageContext& page,
   }
 }
 
-// Turns one finished pass into logits and stores them (-inf past a row's
-// length), or with kSelect leaves them to the selectors.
 // Stores the logit of draft row j at the stage's key row stage_row (-inf past
 // the row's length, NaN on a refused page), or with kSelect leaves it to the
 // selectors.
@@ -763,6 +761,7 @@ __device__ __forceinline__ void store_stage_logit(const LogitsKernelParams& p, c
   }
 }
 
+// Turns one finished pass into logits and stores them.
 template <int kHeads, int kFirstRow, int kRowsInPass, bool kSelect>
 __device__ __forceinline__ void finish_pass(const LogitsKernelParams& p, const PageContext& page,
                                             const float (&acc)[kRowsInPass * kHeads / 2]) {
@@ -777,28 +776,38 @@ __device__ __forceinline__ void finish_pass(const LogitsKernelParams& p, const P
 // scale word per row in `scales`) into what the fp8 path reads: e5m2 rows in
 // the stage's key bytes, swizzled as a copied page, each block's codes times
 // 2^(its exponent - the row's largest), and the row's largest scale as its
-// float scale. Exact while a row's exponents span at most 15 and hold no
-// ue8m0 0 or 255; a stage with a loaded row beyond that is left as it is and
-// false returned (score_stage_exactly then scores it). Every thread of the
-// consumer warpgroup calls it; `barrier` is the warpgroup's named barrier.
+// float scale. Rows from `rows_scored` on are past every row's length: their
+// bytes are stale and their products unused. Blocks whose codes are all zero
+// add nothing at any scale and take no part in the exponents. Exact while a
+// row's other exponents span at most 15 and hold no ue8m0 0 or 255; a stage
+// with a scored row beyond that is left as it is and false returned
+// (score_stage_exactly then scores it). Every thread of the consumer
+// warpgroup calls it; `barrier` is the warpgroup's named barrier.
 __device__ __forceinline__ bool turn_fp4_stage(unsigned char* keys, float* scales, const StageInfo& stage,
-                                               int thread, int barrier) {
+                                               int rows_scored, int thread, int barrier) {
   const int row = thread / 2, half = thread % 2;
+  const auto* codes = reinterpret_cast<const uint4*>(keys + kStageCodesOffset<true> + row * kKeyRowBytes<true> +
+                                                     half * kKeyRowBytes<true> / 2);
+  const uint4 first = codes[0], second = codes[1];  // blocks 2 * half and 2 * half + 1
+  const auto nonzero = [](const uint4& v) { return (v.x | v.y | v.z | v.w) != 0u; };
+  unsigned used_blocks = (static_cast<unsigned>(nonzero(first)) | static_cast<unsigned>(nonzero(second)) << 1)
+                         << (2 * half);
+  used_blocks |= __shfl_xor_sync(0xffffffffu, used_blocks, 1);  // the row's other half
   const std::uint32_t word = reinterpret_cast<const std::uint32_t*>(scales)[row];
   int top = 0, bottom = 255;
 #pragma unroll
   for (int b = 0; b < kHeadDim / kFp4BlockElements; ++b) {
+    if ((used_blocks >> b & 1u) == 0) continue;
     const int exponent = static_cast<int>((word >> (8 * b)) & 0xFFu);
     top = exponent > top ? exponent : top;
     bottom = exponent < bottom ? exponent : bottom;
   }
-  const bool loaded = row < stage.loaded_rows && !(row >= stage.refused_begin && row < stage.refused_end);
-  const bool inexact = loaded && (bottom < 1 || top > 254 || top - bottom > -kE5m2ExactShiftMin);
+  const bool loaded = row < stage.loaded_rows && row < rows_scored &&
+                      !(row >= stage.refused_begin && row < stage.refused_end);
+  const bool inexact =
+      loaded && used_blocks != 0 && (bottom < 1 || top > 254 || top - bottom > -kE5m2ExactShiftMin);
+  // Also orders every thread's reads of the codes before any row is written.
   if (ptx::named_barrier_or(barrier, kWarpgroupThreads, inexact)) return false;
-  const auto* codes = reinterpret_cast<const uint4*>(keys + kStageCodesOffset<true> + row * kKeyRowBytes<true> +
-                                                     half * kKeyRowBytes<true> / 2);
-  const uint4 first = codes[0], second = codes[1];
-  ptx::named_barrier_sync(barrier, kWarpgroupThreads);  // every code is read before a row is written
   const std::uint32_t words[8] = {first.x, first.y, first.z, first.w, second.x, second.y, second.z, second.w};
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
@@ -829,33 +838,56 @@ __device__ __forceinline__ bool turn_fp4_stage(unsigned char* keys, float* scale
 }
 
 // Scores a stage of fp4 keys (as turn_fp4_stage left it untouched) against
-// fp8 queries value by value: per block of 32, the code products summed in
-// float32 and scaled by the block's scale, then the weighted ReLU sum over the
-// heads. For the rare rows the e5m2 products cannot hold exactly.
+// fp8 queries value by value, for the rare stages the e5m2 products cannot
+// hold exactly: per block of 32, the code products summed in float32 and
+// scaled by the block's scale, then the weighted ReLU sum over the heads. A
+// warp takes one (draft row, token row) pair at a time, its lanes the heads;
+// token rows from `rows_scored` on are past every row's length.
 template <int kRows, int kHeads, bool kSelect>
 __device__ void score_stage_exactly(const LogitsKernelParams& p, const PageContext& page, const StageInfo& stage,
-                                    const std::uint32_t* scale_words, int thread) {
-  for (int pair = thread; pair < kRows * kStageTokens; pair += kWarpgroupThreads) {
+                                    const std::uint32_t* scale_words, int rows_scored, int thread) {
+  static_assert(kHeads % 32 == 0, "lanes take the heads");
+  constexpr int kHeadsPerLane = kHeads / 32;
+  constexpr int kWarps = kWarpgroupThreads / 32;
+  const int warp = thread / 32, lane = thread % 32;
+  const int rows = min(stage.loaded_rows, rows_scored);
+  for (int pair = warp; pair < kRows * kStageTokens; pair += kWarps) {
     const int j = pair / kStageTokens, row = pair % kStageTokens;
     float logit = 0.0f;
-    if (row < stage.loaded_rows) {
+    if (row < rows) {
       const unsigned char* codes = page.keys + kStageCodesOffset<true> + row * kKeyRowBytes<true>;
-      for (int h = 0; h < kHeads; ++h) {
-        const int query_row = j * kHeads + h;
-        const unsigned char* query = page.queries + query_row * kHeadDim;
-        float dot = 0.0f;
-        for (int b = 0; b < kHeadDim / kFp4BlockElements; ++b) {
-          float block_sum = 0.0f;
-          for (int d = b * kFp4BlockElements; d < (b + 1) * kFp4BlockElements; ++d) {
+      float dot[kHeadsPerLane] = {};
+#pragma unroll
+      for (int b = 0; b < kHeadDim / kFp4BlockElements; ++b) {
+        float block_sum[kHeadsPerLane] = {};
+        for (int d = b * kFp4BlockElements; d < (b + 1) * kFp4BlockElements; d += 4) {
+          float key[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) key[e] = e2m1_to_float(fp4_code(codes, d + e));
+#pragma unroll
+          for (int i = 0; i < kHeadsPerLane; ++i) {
+            const int query_row = j * kHeads + lane + 32 * i;
             const int chunk = (d / 16) ^ (query_row & 7);  // the query slot's swizzle
-            block_sum = fmaf(e4m3_to_float(query[chunk * 16 + d % 16]), e2m1_to_float(fp4_code(codes, d)), block_sum);
+            const std::uint32_t four =
+                *reinterpret_cast<const std::uint32_t*>(page.queries + query_row * kHeadDim + chunk * 16 + d % 16);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              block_sum[i] = fmaf(e4m3_to_float(static_cast<std::uint8_t>(four >> (8 * e))), key[e], block_sum[i]);
+            }
           }
-          dot = fmaf(block_sum, fp4_block_scale_value(scale_words[row], b), dot);
         }
-        logit = fmaf(page.weights[query_row], fmaxf(dot, 0.0f), logit);
+        const float block_scale = fp4_block_scale_value(scale_words[row], b);
+#pragma unroll
+        for (int i = 0; i < kHeadsPerLane; ++i) dot[i] = fmaf(block_sum[i], block_scale, dot[i]);
       }
+#pragma unroll
+      for (int i = 0; i < kHeadsPerLane; ++i) {
+        logit = fmaf(page.weights[j * kHeads + lane + 32 * i], fmaxf(dot[i], 0.0f), logit);
+      }
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) logit += __shfl_xor_sync(0xffffffffu, logit, offset);
     }
-    store_stage_logit<kSelect>(p, page, j, row, logit);
+    if (lane == 0) store_stage_logit<kSelect>(p, page, j, row, logit);
   }
 }
 
@@ -922,8 +954,15 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
     if (stage.kind == kStagePage) {
       float* scales = Layout::page_scales(smem, slot);
       bool turned = true;
+      int rows_scored = 0;  // the stage's token rows some draft row scores
       if constexpr (kFp4Keys) {
-        turned = turn_fp4_stage(Layout::page_keys(smem, slot), scales, stage, thread, 1 + consumer);
+        int longest = 0;
+#pragma unroll
+        for (int j = 0; j < kRows; ++j) longest = max(longest, query.lengths[j]);
+        rows_scored = min(max(longest - stage.first_position, 0), kStageTokens);
+      }
+      if constexpr (kFp4Keys) {
+        turned = turn_fp4_stage(Layout::page_keys(smem, slot), scales, stage, rows_scored, thread, 1 + consumer);
       }
       PageContext page;
       page.keys = Layout::page_keys(smem, slot);
@@ -949,7 +988,7 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
             });
       } else if constexpr (kFp4Keys) {
         score_stage_exactly<kRows, kHeads, kSelect>(p, page, stage, reinterpret_cast<const std::uint32_t*>(scales),
-                                                    thread);
+                                                    rows_scored, thread);
         release_page();
       }
     } else if constexpr (kSelect) {
