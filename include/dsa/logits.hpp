@@ -20,8 +20,9 @@ struct LogitsOptions {
   // dsa/cache.hpp.
   int page_size = 0;
   // The cache's key format: see "Key format" in dsa/cache.hpp. The Hopper
-  // backend reads fp8 keys, and fp4 keys with fp8 queries (not with
-  // request_offsets); automatic runs the other fp4 mixes on the generic kernels.
+  // backend reads fp8 keys with fp8 queries, and fp4 keys with fp8 or fp4
+  // queries (not with request_offsets); automatic runs the other fp4 mixes on
+  // the generic kernels.
   KeyFormat key_format = KeyFormat::automatic;
   // fp4 queries: int32 [B, next_n, H], each the packed ue8m0 block scales of
   // one (row, head) query as a key's scale word is packed (dsa/cache.hpp).

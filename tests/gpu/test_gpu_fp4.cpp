@@ -1,9 +1,9 @@
 // The fp4 key and query formats on the CUDA backends: store_index_keys and
-// quantize_queries_fp4 bit for bit against the independent quantizer, and
-// paged_mqa_logits with fp4 keys or queries on the generic kernels (which
-// Backend::automatic picks for fp4), also with request_offsets (and
-// index_topk), and mqa_logits with fp4 queries and keys against the float64
-// reference.
+// quantize_queries_fp4 bit for bit against the independent quantizer,
+// paged_mqa_logits with fp4 keys or queries on the generic kernels and on the
+// Hopper kernels (fp4 keys with fp8 or fp4 queries, which Backend::automatic
+// picks there), also with request_offsets (and index_topk), and mqa_logits
+// with fp4 queries and keys against the float64 reference.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -102,7 +102,34 @@ struct Fp4GpuCase {
   // Every 7th token's block scales spread 2^20 apart: beyond what the Hopper
   // kernels' e5m2 products hold exactly, so those stages take the exact path.
   bool wide_tokens = false;
+  // The same for every 5th query head (fp4 queries): every stage of such a
+  // unit takes the exact path.
+  bool wide_query_heads = false;
+  // Every 3rd token has a block of zero codes whose exponent lies 2^100 below
+  // the others': it adds nothing, so the products stay exact.
+  bool zero_blocks_far_below = false;
 };
+
+// Spreads the block exponents of every 5th query head (2^+10 and 2^-10 around
+// its first block's).
+void spread_query_block_scales(Fp4Queries* queries) {
+  for (std::size_t head = 2; head < queries->scales.size(); head += 5) {
+    auto word = static_cast<std::uint32_t>(queries->scales[head]);
+    const int exponent = static_cast<int>(word & 0xFFu);
+    word = (word & 0xFF0000FFu) | static_cast<std::uint32_t>(std::clamp(exponent + 10, 1, 254)) << 8 |
+           static_cast<std::uint32_t>(std::clamp(exponent - 10, 1, 254)) << 16;
+    queries->scales[head] = static_cast<std::int32_t>(word);
+  }
+}
+
+// Zeroes block 3 of every 3rd token and sets its exponent to 1.
+void zero_far_blocks(Fp4Cache* cache) {
+  const std::int64_t slots = cache->geometry.num_pages * cache->geometry.page_tokens;
+  for (std::int64_t slot = 1; slot < slots; slot += 3) {
+    std::memset(cache->bytes.data() + cache->geometry.code_byte(slot) + 48, 0, 16);
+    cache->bytes[static_cast<std::size_t>(cache->geometry.word_byte(slot) + 3)] = 1;
+  }
+}
 
 // Spreads the block exponents of every 7th token of the cache (2^+10 and 2^-10
 // around the first block's).
@@ -131,10 +158,13 @@ class GpuFp4Logits : public ::testing::TestWithParam<Fp4GpuCase> {};
 TEST_P(GpuFp4Logits, MatchesTheFloat64Reference) {
   DSA_REQUIRE_GPU();
   const Fp4GpuCase c = GetParam();
+  if (c.backend == Backend::cuda_hopper) DSA_REQUIRE_HOPPER();
   const Workload w = make_workload(c.spec);
   Fp4Cache cache = fp4_cache_of(w);
   if (c.wide_tokens) spread_block_scales(&cache);
+  if (c.zero_blocks_far_below) zero_far_blocks(&cache);
   Fp4Queries queries = fp4_queries_of(w);
+  if (c.wide_query_heads) spread_query_block_scales(&queries);
   const DeviceWorkload dw(w);
   const DeviceFp4 device(cache, queries);
   GpuContext gpu(c.backend, 0);
@@ -157,7 +187,7 @@ TEST_P(GpuFp4Logits, MatchesTheFloat64Reference) {
       device_view(logits, DType::float32, {w.rows(), w.max_context_len}, {stride, 1}), options, gpu.ctx));
   EXPECT_TRUE(logits_match(w, fp4_reference_logits(w, cache, c.fp4_queries ? &queries : nullptr),
                            host_copy<std::uint8_t>(logits), DType::float32, stride, true,
-                           logits_tolerance(c.fp4_queries ? Backend::cuda_generic : c.backend)));
+                           logits_tolerance(c.backend)));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -170,7 +200,29 @@ INSTANTIATE_TEST_SUITE_P(
                       Fp4GpuCase{WorkloadSpec{.batch = 3, .next_n = 3, .heads = 64}, false, Backend::automatic},
                       Fp4GpuCase{WorkloadSpec{.batch = 2, .next_n = 2, .heads = 32, .page_tokens = 32}, false,
                                  Backend::automatic, true},
-                      Fp4GpuCase{WorkloadSpec{.batch = 2, .next_n = 1, .heads = 64}, false, Backend::automatic, true}));
+                      Fp4GpuCase{WorkloadSpec{.batch = 2, .next_n = 1, .heads = 64}, false, Backend::automatic, true},
+                      // fp4 queries on the Hopper kernels: every row count, both head counts and page sizes.
+                      Fp4GpuCase{WorkloadSpec{.batch = 3, .next_n = 1, .heads = 64, .max_prefix = 2000}, true,
+                                 Backend::cuda_hopper},
+                      Fp4GpuCase{WorkloadSpec{.batch = 3, .next_n = 2, .heads = 32, .page_tokens = 32}, true,
+                                 Backend::cuda_hopper},
+                      Fp4GpuCase{WorkloadSpec{.batch = 2, .next_n = 3, .heads = 64}, true, Backend::cuda_hopper},
+                      Fp4GpuCase{WorkloadSpec{.batch = 2, .next_n = 4, .heads = 32}, true, Backend::cuda_hopper},
+                      Fp4GpuCase{WorkloadSpec{.batch = 2, .next_n = 5, .heads = 64, .page_tokens = 32}, true,
+                                 Backend::cuda_hopper},
+                      Fp4GpuCase{WorkloadSpec{.batch = 2, .next_n = 8, .heads = 64}, true, Backend::cuda_hopper},
+                      Fp4GpuCase{WorkloadSpec{.batch = 2, .next_n = 7, .heads = 32, .page_tokens = 32}, true,
+                                 Backend::cuda_hopper},
+                      // Exact paths: wide query heads, wide tokens with fp4 queries, and zero blocks that
+                      // would otherwise look wide.
+                      Fp4GpuCase{WorkloadSpec{.batch = 3, .next_n = 2, .heads = 64}, true, Backend::cuda_hopper, false,
+                                 true},
+                      Fp4GpuCase{WorkloadSpec{.batch = 2, .next_n = 1, .heads = 32, .page_tokens = 32}, true,
+                                 Backend::cuda_hopper, true},
+                      Fp4GpuCase{WorkloadSpec{.batch = 3, .next_n = 4, .heads = 64}, true, Backend::cuda_hopper, false,
+                                 false, true},
+                      Fp4GpuCase{WorkloadSpec{.batch = 3, .next_n = 2, .heads = 64}, false, Backend::cuda_hopper, false,
+                                 false, true}));
 
 // Requests of uneven row counts (request_offsets) over an fp4 cache, fp8 or
 // fp4 queries: against the float64 reference, and index_topk (positions and
@@ -280,7 +332,8 @@ std::vector<Fp4VarlenGpuCase> gpu_fp4_varlen_cases() {
 INSTANTIATE_TEST_SUITE_P(Cases, GpuFp4Varlen, ::testing::ValuesIn(gpu_fp4_varlen_cases()),
                          [](const ::testing::TestParamInfo<Fp4VarlenGpuCase>& info) { return info.param.name; });
 
-TEST(GpuFp4Logits, HopperBackendRefusesFp4Queries) {
+// fp4 queries over an fp8 cache stay on the generic kernels.
+TEST(GpuFp4Logits, HopperBackendRefusesFp4QueriesOverFp8Keys) {
   DSA_REQUIRE_GPU();
   const Workload w = make_workload(WorkloadSpec{.batch = 1, .next_n = 1});
   Fp4Cache cache = fp4_cache_of(w);
@@ -290,17 +343,16 @@ TEST(GpuFp4Logits, HopperBackendRefusesFp4Queries) {
   GpuContext gpu(Backend::cuda_hopper, 0);
   const dsa::DeviceBuffer schedule = plan_on_device(dw, 4, dsa::LogitsPath::native, gpu.ctx);
   const dsa::DeviceBuffer logits = device_filled(static_cast<std::size_t>(w.rows() * w.max_context_len * 4), 0xFF);
-  const Fp4CacheGeometry& g = cache.geometry;
   dsa::LogitsOptions options;
   options.q_block_scales = device_view(device.scales, DType::int32, {w.batch, w.next_n, w.heads});
   const dsa::Status status = dsa::paged_mqa_logits(
-      device_view(device.codes, DType::uint8, {w.batch, w.next_n, w.heads, kD / 2}),
-      device_view(device.cache, DType::uint8, {g.num_pages, g.page_tokens, 1, 68}, {g.page_stride, 68, 68, 1}),
+      device_view(device.codes, DType::uint8, {w.batch, w.next_n, w.heads, kD / 2}), dw.cache_view(),
       device_view(device.weights, DType::float32, {w.rows(), w.heads}), dw.lens_view(), dw.block_table_view(),
       schedule_view(schedule), w.max_context_len, device_view(logits, DType::float32, {w.rows(), w.max_context_len}),
       options, gpu.ctx);
   EXPECT_EQ(status.code(), dsa::ErrorCode::unsupported) << status.to_string();
-  EXPECT_NE(status.message().find("cuda_hopper reads fp8 queries"), std::string::npos) << status.to_string();
+  EXPECT_NE(status.message().find("cuda_hopper reads fp8 keys with fp8 queries"), std::string::npos)
+      << status.to_string();
 }
 
 TEST(GpuFp4Prefill, MatchesTheFloat64Reference) {

@@ -368,7 +368,8 @@ Options of the default run:
   --page-size P   tokens per cache page, 32 or 64 (default 64)
   --key-format F  fp8 | fp4: the index-key and query format (default fp8; fp4 is
                   DeepSeek-V4.1's: e2m1 keys and queries with ue8m0 block scales, 68-byte
-                  tokens; on a GPU fp4 queries run on the generic kernels)
+                  tokens; on Hopper GPUs the sm_90a kernels read fp4 keys with fp4
+                  or fp8 queries)
   --query-format F  fp8 | fp4: the queries alone (default: the key format), e.g. fp8
                   queries over an fp4 cache as DeepGEMM's fp8_fp4 names take them (on
                   Hopper GPUs the sm_90a kernels read that mix)

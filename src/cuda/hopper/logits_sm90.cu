@@ -37,11 +37,13 @@ Status encode_key_map(const CacheRef& cache, CUtensorMap* map) {
 // Queries as [B][next_n][H][128 bytes], or [1][T][H][128 bytes] for requests
 // of uneven row counts (query_coordinates in the kernel); a box is the `rows`
 // rows of one unit, landing as (rows * H) swizzled 128-byte rows (rows past
-// the unit's are loaded, or zero past the last, and never stored).
+// the unit's are loaded, or zero past the last, and never stored). fp4
+// queries land as packed 64-byte rows, for producer 0 to turn.
 Status encode_query_map(const LogitsProblem& p, int rows, CUtensorMap* map) {
   const bool uneven = p.varlen.offsets != nullptr;
   const std::int64_t batch = p.batch > 0 ? p.batch : 1;
-  const std::uint64_t dims[4] = {kHeadDim, static_cast<std::uint64_t>(p.heads),
+  const std::uint64_t row_bytes = p.fp4_queries() ? kHeadDim / 2 : kHeadDim;
+  const std::uint64_t dims[4] = {row_bytes, static_cast<std::uint64_t>(p.heads),
                                  static_cast<std::uint64_t>(uneven ? batch : p.next_n),
                                  static_cast<std::uint64_t>(uneven ? 1 : batch)};
   // Validation gives dimensions of extent 1 their packed strides, which satisfy
@@ -50,7 +52,9 @@ Status encode_query_map(const LogitsProblem& p, int rows, CUtensorMap* map) {
       static_cast<std::uint64_t>(p.q_stride_h),
       static_cast<std::uint64_t>(uneven ? p.q_stride_b : p.q_stride_n),
       static_cast<std::uint64_t>(uneven ? p.q_stride_b * batch : p.q_stride_b)};
-  const std::uint32_t box[4] = {kHeadDim, static_cast<std::uint32_t>(p.heads), static_cast<std::uint32_t>(rows), 1};
+  const std::uint32_t box[4] = {static_cast<std::uint32_t>(row_bytes), static_cast<std::uint32_t>(p.heads),
+                                static_cast<std::uint32_t>(rows), 1};
+  if (p.fp4_queries()) return encode_plain_map("paged_mqa_logits", "query", p.q, 4, dims, strides, box, map);
   return encode_swizzled_map("paged_mqa_logits", "query", p.q, 4, dims, strides, box, map);
 }
 
@@ -66,6 +70,16 @@ LogitsKernelParams kernel_params(const LogitsProblem& p, const ExecContext& ctx)
   k.page_tokens = p.cache.page_tokens;
   k.weights = p.weights;
   k.weights_stride_row = p.weights_stride_row;
+  if (p.fp4_queries()) {
+    k.q_codes = p.q;
+    k.q_stride_b = p.q_stride_b;
+    k.q_stride_n = p.q_stride_n;
+    k.q_stride_h = p.q_stride_h;
+    k.q_scales = p.q_scales;
+    k.q_scales_stride_b = p.q_scales_stride_b;
+    k.q_scales_stride_n = p.q_scales_stride_n;
+    k.q_scales_stride_h = p.q_scales_stride_h;
+  }
   k.lens = p.lens;
   k.varlen = p.varlen;
   k.block_table = p.block_table;

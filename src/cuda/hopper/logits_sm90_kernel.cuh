@@ -29,6 +29,7 @@
 
 #include <cuda.h>
 
+#include <cfloat>
 #include <cstdint>
 #include <type_traits>
 
@@ -81,18 +82,22 @@ inline constexpr int kScoringPassColumns = 128;
 // waits forever. Both kernels launch 640 threads (96 registers each); the
 // producers keep 56, the selectors take 112 (their lists' state and the
 // compactions' loads in flight), and the consumers get the rest: 104 each,
-// of four or of three beside the selectors.
+// of four or of three beside the selectors. Beside four consumers alone the
+// consumers' share rounds down to 104 whether the producers keep 56 or 64,
+// so the scoring kernel's producers keep 64 (producer 0 turns fp4 queries).
 inline constexpr int kProducerRegisters = 56;
+inline constexpr int kScoringProducerRegisters = 64;
 inline constexpr int kSelectorRegisters = 112;
 constexpr int launch_registers(int warpgroups) {
   return 64 * 1024 / (kWarpgroupThreads * warpgroups) / 8 * 8;
 }
-constexpr int consumer_registers(int consumers, bool selectors) {
+constexpr int consumer_registers(int consumers, bool selectors, int producer_registers = kProducerRegisters) {
   const int warpgroups = 1 + consumers + (selectors ? 1 : 0);
-  const int kept = kProducerRegisters + (selectors ? kSelectorRegisters : 0);
+  const int kept = producer_registers + (selectors ? kSelectorRegisters : 0);
   return (launch_registers(warpgroups) * warpgroups - kept) / consumers / 8 * 8;
 }
-static_assert(consumer_registers(4, false) == 104 && consumer_registers(3, true) == 104);
+static_assert(consumer_registers(4, false) == 104 && consumer_registers(3, true) == 104 &&
+              consumer_registers(4, false, kScoringProducerRegisters) == 104);
 // The selection kernel's five warpgroups launch with fewer: the selectors raise theirs.
 static_assert(kSelectorRegisters > launch_registers(5));
 inline constexpr int kMaxSharedBytes = 227 * 1024;
@@ -119,6 +124,12 @@ struct LogitsKernelParams {
   int page_tokens = kStageTokens;  // P: 64, or 32 (two pages a stage)
   const float* weights = nullptr;
   std::int64_t weights_stride_row = 0;
+  // fp4 queries (kernels with kFp4Queries): the packed codes [B, next_n, H, D / 2]
+  // and block-scale words [B, next_n, H], strides in elements.
+  const std::uint8_t* q_codes = nullptr;
+  std::int64_t q_stride_b = 0, q_stride_n = 0, q_stride_h = 0;
+  const std::uint32_t* q_scales = nullptr;
+  std::int64_t q_scales_stride_b = 0, q_scales_stride_n = 0, q_scales_stride_h = 0;
   LengthsRef lens;
   RequestRows varlen;  // requests of uneven row counts (batch = T, next_n = 1), or none
   const std::int32_t* block_table = nullptr;
@@ -169,6 +180,9 @@ struct QueryInfo {
   // warps own such rows) or lies past the unit's rows (a short row tile).
   std::int32_t lengths[kRows];
   std::int32_t rows_in_use;  // rows up to the last with a length: later passes score nothing
+  // fp4 queries: a head the e5m2 products cannot hold exactly (turn_fp4_queries),
+  // so every stage of this load is scored value by value.
+  std::int32_t exact_only;
 };
 
 // kSelect: the selection kernel, whose consumers leave each page's logits
@@ -183,7 +197,7 @@ struct SharedLayout {
   static constexpr int kPageLogitsBytes = kSelect ? kRows * kStageTokens * 4 : 0;
   static constexpr int kFixedBytes = 1024 /* alignment slack */ + 2 * kQueryBytes +
                                      2 * static_cast<int>(sizeof(QueryInfo<kRows, kHeads>)) +
-                                     4 * 8 /* query barriers */ + 2 * 8 /* issued generation, padding */ +
+                                     6 * 8 /* query barriers */ + 2 * 8 /* issued generation, padding */ +
                                      kMaxStages * 4 /* pushed rounds */ + kHistogramBytes;
   static constexpr int kStageBytes = kStageKeyBytes + kStageScaleBytes + kPageLogitsBytes +
                                      static_cast<int>(sizeof(StageInfo)) + (kSelect ? 3 : 2) * 8;
@@ -201,8 +215,9 @@ struct SharedLayout {
   static constexpr int query_info = page_logits + kStages * kPageLogitsBytes;
   static constexpr int stage_info = query_info + 2 * static_cast<int>(sizeof(QueryInfo<kRows, kHeads>));
   static constexpr int barriers = (stage_info + kStages * static_cast<int>(sizeof(StageInfo)) + 7) / 8 * 8;
-  // page full, page empty, query full, query empty, and with kSelect logits ready
-  static constexpr int kBarriers = 2 * kStages + 4 + (kSelect ? kStages : 0);
+  // page full, page empty, query full, query empty, query staged, and with
+  // kSelect logits ready
+  static constexpr int kBarriers = 2 * kStages + 6 + (kSelect ? kStages : 0);
   // The last query load issued (see produce).
   static constexpr int issued_generation = barriers + kBarriers * 8;
   // The last round of each stage slot pushed (see produce).
@@ -242,15 +257,17 @@ struct SharedLayout {
     return reinterpret_cast<int*>(smem + select_histogram) + selector * kSelectBins;
   }
   // The barriers: kStages page-full (one arrival, the copy's bytes),
-  // kStages page-empty, 2 query-full, 2 query-empty, and with kSelect
-  // kStages logits-ready.
+  // kStages page-empty, 2 query-full, 2 query-empty, 2 query-staged (fp4
+  // queries: the codes' copy, before producer 0 turns them), and with
+  // kSelect kStages logits-ready.
   __device__ static std::uint64_t* page_full(unsigned char* smem) {
     return reinterpret_cast<std::uint64_t*>(smem + barriers);
   }
   __device__ static std::uint64_t* page_empty(unsigned char* smem) { return page_full(smem) + kStages; }
   __device__ static std::uint64_t* query_full(unsigned char* smem) { return page_full(smem) + 2 * kStages; }
   __device__ static std::uint64_t* query_empty(unsigned char* smem) { return query_full(smem) + 2; }
-  __device__ static std::uint64_t* logits_ready(unsigned char* smem) { return query_full(smem) + 4; }
+  __device__ static std::uint64_t* query_staged(unsigned char* smem) { return query_full(smem) + 4; }
+  __device__ static std::uint64_t* logits_ready(unsigned char* smem) { return query_full(smem) + 6; }
 };
 
 // How the schedule's units map to rows. kUneven: requests of uneven row counts
@@ -334,6 +351,87 @@ __device__ __forceinline__ bool unscored_value(const LogitsKernelParams& p, std:
   return p.clean_logits;
 }
 
+// ---- fp4 queries ---------------------------------------------------------------
+
+// Producer 0 turns a unit's fp4 queries, copied packed into the upper half of
+// the query slot, into the e5m2 rows the products read, swizzled as a copied
+// slot: each block's codes times 2^(its exponent - the head's largest), the
+// head's largest scale folded into its weight (a positive factor passes
+// through the ReLU), which goes to `weights` (the slot's query info). Rows go
+// 32 at a time, every lane reading its whole row before any lane writes: row
+// r's e5m2 bytes cover the packed rows 2r - R and 2r - R + 1 (R rows in all),
+// which an earlier batch or this one has read.
+// Blocks of zero codes and rows past the unit's take no part. Returns whether
+// a head cannot be held exactly (its blocks' exponents span more than 15 or
+// hold ue8m0 0 or 255, or its folded weight leaves the normal floats); the
+// consumers then score every stage of the load value by value.
+template <int kRows, int kHeads>
+__device__ __forceinline__ bool turn_fp4_queries(const LogitsKernelParams& p, unsigned char* slot,
+                                                 const UnitRows& rows, const QueryCoordinates& at, float* weights,
+                                                 int lane) {
+  constexpr int kSlotRows = kRows * kHeads;
+  static_assert(kSlotRows % 32 == 0, "a lane per row of each batch");
+  constexpr int kCodeBytes = kHeadDim / 2;
+  constexpr int kBlocks = kHeadDim / kFp4BlockElements;
+  const unsigned char* staged = slot + kSlotRows * kCodeBytes;
+  bool inexact = false;
+  // One batch at a time: the producer keeps few registers.
+#pragma unroll 1
+  for (int i = 0; i < kSlotRows / 32; ++i) {
+    const int row = lane + 32 * i;  // draft row j = row / kHeads, head row % kHeads
+    const int j = row / kHeads;
+    const auto* source = reinterpret_cast<const uint4*>(staged + row * kCodeBytes);
+    uint4 blocks[kBlocks];
+#pragma unroll
+    for (int b = 0; b < kBlocks; ++b) blocks[b] = source[b];
+    std::uint32_t word = 0;
+    float weight = 0.0f;
+    if (j < rows.count) {  // the unit's rows: drafts at.c2 + j of request at.c3
+      const int head = row % kHeads;
+      word = __ldg(p.q_scales + at.c3 * p.q_scales_stride_b + (at.c2 + j) * p.q_scales_stride_n +
+                   head * p.q_scales_stride_h);
+      weight = __ldg(p.weights + (rows.first_row + j) * p.weights_stride_row + head);
+    }
+    __syncwarp();  // the batch's rows are read before any is written
+    int top = 0, bottom = 255;
+    unsigned used = 0;
+#pragma unroll
+    for (int b = 0; b < kBlocks; ++b) {
+      if (j >= rows.count || (blocks[b].x | blocks[b].y | blocks[b].z | blocks[b].w) == 0u) continue;
+      used |= 1u << b;
+      const int exponent = static_cast<int>((word >> (8 * b)) & 0xFFu);
+      top = exponent > top ? exponent : top;
+      bottom = exponent < bottom ? exponent : bottom;
+    }
+    const bool wide = used != 0 && (bottom < 1 || top > 254 || top - bottom > -kE5m2ExactShiftMin);
+    const float folded = used != 0 && !wide ? weight * __uint_as_float(static_cast<std::uint32_t>(top) << 23) : weight;
+    inexact |= wide || (isfinite(weight) && weight != 0.0f && (!isfinite(folded) || fabsf(folded) < FLT_MIN));
+    weights[row] = folded;
+#pragma unroll
+    for (int b = 0; b < kBlocks; ++b) {
+      const int shift = (used >> b & 1u) ? static_cast<int>((word >> (8 * b)) & 0xFFu) - top : 0;
+      const E5m2Table table = e5m2_table(shift >= kE5m2ExactShiftMin ? shift : 0);
+      const std::uint32_t words[4] = {blocks[b].x, blocks[b].y, blocks[b].z, blocks[b].w};
+      std::uint32_t out[8];
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        std::uint32_t pair[2];
+        e2m1x8_to_e5m2(words[w], table, pair);
+        out[2 * w] = pair[0];
+        out[2 * w + 1] = pair[1];
+      }
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int chunk = (2 * b + c) ^ (row & 7);  // the 128-byte swizzle
+        *reinterpret_cast<uint4*>(slot + row * kHeadDim + chunk * 16) =
+            make_uint4(out[4 * c], out[4 * c + 1], out[4 * c + 2], out[4 * c + 3]);
+      }
+    }
+  }
+  ptx::fence_proxy_async_shared();  // the rows are the products' operands
+  return __any_sync(0xffffffffu, inexact);
+}
+
 // ---- producer warps ----------------------------------------------------------
 
 // Producer `producer` of kProducerWarps. Every producer walks the whole range
@@ -351,7 +449,7 @@ __device__ __forceinline__ bool unscored_value(const LogitsKernelParams& p, std:
 // 8-row units have), so each slot also records the last round pushed into it:
 // a producer pushes round r only after round r - 1 was pushed, whose pusher
 // had seen round r - 2 released, and the parity it then waits on is exact.
-template <int kRows, int kHeads, bool kSelect, bool kUneven, bool kFp4Keys>
+template <int kRows, int kHeads, bool kSelect, bool kUneven, bool kFp4Keys, bool kFp4Queries>
 __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUtensorMap* key_map,
                                         const CUtensorMap* query_map, unsigned char* smem,
                                         int producer) {
@@ -366,6 +464,7 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
   std::uint64_t* page_empty = Layout::page_empty(smem);
   std::uint64_t* query_full = Layout::query_full(smem);
   std::uint64_t* query_empty = Layout::query_empty(smem);
+  std::uint64_t* query_staged = Layout::query_staged(smem);
 
   const int lane = threadIdx.x % 32;
   const bool leader = ptx::elect_one();
@@ -438,29 +537,44 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
   // The query copy and the weight loads travel together. Once the slot is
   // free its full barrier's next phase is this load's, so the other
   // producers may push the generation's pages as soon as the copy is issued.
+  // fp4 queries land packed in the slot's upper half, and this warp turns
+  // them before the slot counts as full.
   auto load_queries = [&]() {
     const int slot = generation & 1;
     ptx::mbarrier_wait(&query_empty[slot], ((generation >> 1) & 1) ^ 1);
+    const QueryCoordinates at = query_coordinates<kUneven>(p, rows);
     if (leader) {
-      ptx::mbarrier_expect_tx(&query_full[slot], Layout::kQueryBytes);
-      const QueryCoordinates at = query_coordinates<kUneven>(p, rows);
-      ptx::tensor_copy_4d(Layout::query_slot(smem, slot), query_map, 0, 0, at.c2, at.c3, &query_full[slot]);
+      if constexpr (kFp4Queries) {
+        ptx::mbarrier_arrive_expect_tx(&query_staged[slot], Layout::kQueryBytes / 2);
+        ptx::tensor_copy_4d(Layout::query_slot(smem, slot) + Layout::kQueryBytes / 2, query_map, 0, 0, at.c2,
+                            at.c3, &query_staged[slot]);
+      } else {
+        ptx::mbarrier_expect_tx(&query_full[slot], Layout::kQueryBytes);
+        ptx::tensor_copy_4d(Layout::query_slot(smem, slot), query_map, 0, 0, at.c2, at.c3, &query_full[slot]);
+      }
       ptx::store_release_cta(issued_generation, generation);
     }
     const std::int64_t first_row = rows.first_row;
-    float weights[kWeightsPerLane];
+    if constexpr (kFp4Queries) {
+      ptx::mbarrier_wait(&query_staged[slot], (generation >> 1) & 1);
+      const bool exact_only =
+          turn_fp4_queries<kRows, kHeads>(p, Layout::query_slot(smem, slot), rows, at, info[slot].weights, lane);
+      if (lane == 0) info[slot].exact_only = exact_only;
+    } else {
+      float weights[kWeightsPerLane];
 #pragma unroll
-    for (int i = 0; i < kWeightsPerLane; ++i) {
-      const int index = lane + 32 * i;
-      weights[i] = index < rows.count * kHeads
-                       ? __ldg(p.weights + (first_row + index / kHeads) * p.weights_stride_row +
-                               index % kHeads)
-                       : 0.0f;
-    }
+      for (int i = 0; i < kWeightsPerLane; ++i) {
+        const int index = lane + 32 * i;
+        weights[i] = index < rows.count * kHeads
+                         ? __ldg(p.weights + (first_row + index / kHeads) * p.weights_stride_row +
+                                 index % kHeads)
+                         : 0.0f;
+      }
 #pragma unroll
-    for (int i = 0; i < kWeightsPerLane; ++i) {
-      const int index = lane + 32 * i;
-      if (index < kRows * kHeads) info[slot].weights[index] = weights[i];
+      for (int i = 0; i < kWeightsPerLane; ++i) {
+        const int index = lane + 32 * i;
+        if (index < kRows * kHeads) info[slot].weights[index] = weights[i];
+      }
     }
     if (lane < kRows) info[slot].lengths[lane] = lane_length;
     const unsigned scored = __ballot_sync(0xffffffffu, lane_length >= 0);
@@ -688,9 +802,10 @@ struct Pass {
   static constexpr bool kLast = kNextRow == kRows;
 };
 
-// Issues (without waiting) the matrix product of one pass into `acc`; kKeys:
-// the type of the page's key bytes (e5m2 for fp4 keys the consumer turned).
-template <int kHeads, int kFirstRow, int kColumns, ptx::Fp8Type kKeys>
+// Issues (without waiting) the matrix product of one pass into `acc`; kKeys,
+// kQueries: the types of the page's key bytes and of the query slot's (e5m2
+// for fp4 codes turned).
+template <int kHeads, int kFirstRow, int kColumns, ptx::Fp8Type kKeys, ptx::Fp8Type kQueries>
 __device__ __forceinline__ void issue_pass(const PageContext& page, float (&acc)[kColumns / 2]) {
   const std::uint32_t key_descriptor = ptx::k_major_swizzle128_descriptor_low(page.keys);
   const std::uint32_t query_descriptor =
@@ -699,7 +814,7 @@ __device__ __forceinline__ void issue_pass(const PageContext& page, float (&acc)
 #pragma unroll
   for (int k = 0; k < kHeadDim / 32; ++k) {
     // 32 bytes along K inside the swizzle atom = 2 descriptor address units.
-    ptx::WgmmaFp8<kColumns, kKeys>::mma(acc, ptx::swizzle128_descriptor(key_descriptor + 2 * k),
+    ptx::WgmmaFp8<kColumns, kKeys, kQueries>::mma(acc, ptx::swizzle128_descriptor(key_descriptor + 2 * k),
                                         ptx::swizzle128_descriptor(query_descriptor + 2 * k), k > 0);
   }
   ptx::wgmma_commit();
@@ -837,13 +952,15 @@ __device__ __forceinline__ bool turn_fp4_stage(unsigned char* keys, float* scale
   return true;
 }
 
-// Scores a stage of fp4 keys (as turn_fp4_stage left it untouched) against
-// fp8 queries value by value, for the rare stages the e5m2 products cannot
-// hold exactly: per block of 32, the code products summed in float32 and
-// scaled by the block's scale, then the weighted ReLU sum over the heads. A
-// warp takes one (draft row, token row) pair at a time, its lanes the heads;
-// token rows from `rows_scored` on are past every row's length.
-template <int kRows, int kHeads, bool kSelect>
+// Scores a stage of fp4 keys (as turn_fp4_stage left it untouched) value by
+// value, for the rare stages the e5m2 products cannot hold exactly: per block
+// of 32, the code products summed in float32 and scaled by the blocks'
+// scales, then the weighted ReLU sum over the heads. fp8 queries are read
+// from the query slot; fp4 queries (kFp4Queries, whose slot holds them
+// turned) from global memory, with their unfolded weights. A warp takes one
+// (draft row, token row) pair at a time, its lanes the heads; token rows from
+// `rows_scored` on are past every row's length.
+template <int kRows, int kHeads, bool kSelect, bool kFp4Queries>
 __device__ void score_stage_exactly(const LogitsKernelParams& p, const PageContext& page, const StageInfo& stage,
                                     const std::uint32_t* scale_words, int rows_scored, int thread) {
   static_assert(kHeads % 32 == 0, "lanes take the heads");
@@ -854,8 +971,28 @@ __device__ void score_stage_exactly(const LogitsKernelParams& p, const PageConte
   for (int pair = warp; pair < kRows * kStageTokens; pair += kWarps) {
     const int j = pair / kStageTokens, row = pair % kStageTokens;
     float logit = 0.0f;
-    if (row < rows) {
+    // fp4 queries are read for the unit's own rows only.
+    if (row < rows && (!kFp4Queries || page.lengths[j] >= 0)) {
       const unsigned char* codes = page.keys + kStageCodesOffset<true> + row * kKeyRowBytes<true>;
+      const std::int64_t logits_row = page.first_row + j;
+      const unsigned char* query_codes[kHeadsPerLane];
+      std::uint32_t query_words[kHeadsPerLane];
+      float weights[kHeadsPerLane];
+#pragma unroll
+      for (int i = 0; i < kHeadsPerLane; ++i) {
+        const int head = lane + 32 * i;
+        if constexpr (kFp4Queries) {
+          const std::int64_t request = logits_row / p.next_n, draft = logits_row % p.next_n;
+          query_codes[i] = p.q_codes + request * p.q_stride_b + draft * p.q_stride_n + head * p.q_stride_h;
+          query_words[i] = __ldg(p.q_scales + request * p.q_scales_stride_b + draft * p.q_scales_stride_n +
+                                 head * p.q_scales_stride_h);
+          weights[i] = __ldg(p.weights + logits_row * p.weights_stride_row + head);
+        } else {
+          query_codes[i] = page.queries + (j * kHeads + head) * kHeadDim;
+          query_words[i] = 0;
+          weights[i] = page.weights[j * kHeads + head];
+        }
+      }
       float dot[kHeadsPerLane] = {};
 #pragma unroll
       for (int b = 0; b < kHeadDim / kFp4BlockElements; ++b) {
@@ -866,24 +1003,31 @@ __device__ void score_stage_exactly(const LogitsKernelParams& p, const PageConte
           for (int e = 0; e < 4; ++e) key[e] = e2m1_to_float(fp4_code(codes, d + e));
 #pragma unroll
           for (int i = 0; i < kHeadsPerLane; ++i) {
-            const int query_row = j * kHeads + lane + 32 * i;
-            const int chunk = (d / 16) ^ (query_row & 7);  // the query slot's swizzle
-            const std::uint32_t four =
-                *reinterpret_cast<const std::uint32_t*>(page.queries + query_row * kHeadDim + chunk * 16 + d % 16);
+            float query[4];
+            if constexpr (kFp4Queries) {
+              const unsigned two = __ldg(reinterpret_cast<const unsigned short*>(query_codes[i] + d / 2));
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              block_sum[i] = fmaf(e4m3_to_float(static_cast<std::uint8_t>(four >> (8 * e))), key[e], block_sum[i]);
+              for (int e = 0; e < 4; ++e) query[e] = e2m1_to_float(static_cast<std::uint8_t>((two >> (4 * e)) & 0xFu));
+            } else {
+              const int chunk = (d / 16) ^ ((j * kHeads + lane + 32 * i) & 7);  // the query slot's swizzle
+              const std::uint32_t four =
+                  *reinterpret_cast<const std::uint32_t*>(query_codes[i] + chunk * 16 + d % 16);
+#pragma unroll
+              for (int e = 0; e < 4; ++e) query[e] = e4m3_to_float(static_cast<std::uint8_t>(four >> (8 * e)));
             }
+#pragma unroll
+            for (int e = 0; e < 4; ++e) block_sum[i] = fmaf(query[e], key[e], block_sum[i]);
           }
         }
-        const float block_scale = fp4_block_scale_value(scale_words[row], b);
+        const float key_scale = fp4_block_scale_value(scale_words[row], b);
 #pragma unroll
-        for (int i = 0; i < kHeadsPerLane; ++i) dot[i] = fmaf(block_sum[i], block_scale, dot[i]);
+        for (int i = 0; i < kHeadsPerLane; ++i) {
+          const float query_scale = kFp4Queries ? fp4_block_scale_value(query_words[i], b) : 1.0f;
+          dot[i] = fmaf(block_sum[i] * query_scale, key_scale, dot[i]);
+        }
       }
 #pragma unroll
-      for (int i = 0; i < kHeadsPerLane; ++i) {
-        logit = fmaf(page.weights[j * kHeads + lane + 32 * i], fmaxf(dot[i], 0.0f), logit);
-      }
+      for (int i = 0; i < kHeadsPerLane; ++i) logit = fmaf(weights[i], fmaxf(dot[i], 0.0f), logit);
 #pragma unroll
       for (int offset = 16; offset > 0; offset /= 2) logit += __shfl_xor_sync(0xffffffffu, logit, offset);
     }
@@ -897,7 +1041,7 @@ __device__ void score_stage_exactly(const LogitsKernelParams& p, const PageConte
 // first_row, as integral constants) into logits. Passes from draft row page.rows_in_use on are skipped (a row
 // tile of a request with fewer rows computes only its own).
 template <int kRows, int kHeads, int kPassColumns, int kFirstRow, ptx::Fp8Type kKeys = ptx::Fp8Type::e4m3,
-          typename Release, typename Finish>
+          ptx::Fp8Type kQueries = ptx::Fp8Type::e4m3, typename Release, typename Finish>
 __device__ __forceinline__ void score_passes(const PageContext& page, Release&& release, Finish&& finish) {
   using This = Pass<kRows, kHeads, kPassColumns, kFirstRow>;
   if (kFirstRow >= page.rows_in_use) {  // no later row of the unit is scored
@@ -905,18 +1049,18 @@ __device__ __forceinline__ void score_passes(const PageContext& page, Release&& 
     return;
   }
   float acc[This::kColumns / 2];
-  issue_pass<kHeads, kFirstRow, This::kColumns, kKeys>(page, acc);
+  issue_pass<kHeads, kFirstRow, This::kColumns, kKeys, kQueries>(page, acc);
   ptx::wgmma_wait<0>();
 #pragma unroll
   for (int i = 0; i < This::kColumns / 2; ++i) ptx::fence_operand(acc[i]);
   if constexpr (This::kLast) release();
   finish(std::integral_constant<int, kFirstRow>{}, std::integral_constant<int, This::kRowsInPass>{}, acc);
   if constexpr (!This::kLast) {
-    score_passes<kRows, kHeads, kPassColumns, This::kNextRow, kKeys>(page, release, finish);
+    score_passes<kRows, kHeads, kPassColumns, This::kNextRow, kKeys, kQueries>(page, release, finish);
   }
 }
 
-template <int kRows, int kHeads, int kPassColumns, bool kSelect, bool kFp4Keys>
+template <int kRows, int kHeads, int kPassColumns, bool kSelect, bool kFp4Keys, bool kFp4Queries>
 __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned char* smem,
                                        int consumer) {
   using Layout = SharedLayout<kRows, kHeads, kSelect>;
@@ -960,9 +1104,9 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
 #pragma unroll
         for (int j = 0; j < kRows; ++j) longest = max(longest, query.lengths[j]);
         rows_scored = min(max(longest - stage.first_position, 0), kStageTokens);
-      }
-      if constexpr (kFp4Keys) {
-        turned = turn_fp4_stage(Layout::page_keys(smem, slot), scales, stage, rows_scored, thread, 1 + consumer);
+        // A load of queries the products cannot hold exactly leaves every stage untouched.
+        turned = !(kFp4Queries && query.exact_only) &&
+                 turn_fp4_stage(Layout::page_keys(smem, slot), scales, stage, rows_scored, thread, 1 + consumer);
       }
       PageContext page;
       page.keys = Layout::page_keys(smem, slot);
@@ -981,14 +1125,15 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
       page.lane = lane;
       page.page_logits = page_logits;
       constexpr ptx::Fp8Type kKeys = kFp4Keys ? ptx::Fp8Type::e5m2 : ptx::Fp8Type::e4m3;
+      constexpr ptx::Fp8Type kQueries = kFp4Queries ? ptx::Fp8Type::e5m2 : ptx::Fp8Type::e4m3;
       if (turned) {
-        score_passes<kRows, kHeads, kPassColumns, 0, kKeys>(
+        score_passes<kRows, kHeads, kPassColumns, 0, kKeys, kQueries>(
             page, release_page, [&](auto first_row, auto rows, const auto& acc) {
               finish_pass<kHeads, decltype(first_row)::value, decltype(rows)::value, kSelect>(p, page, acc);
             });
       } else if constexpr (kFp4Keys) {
-        score_stage_exactly<kRows, kHeads, kSelect>(p, page, stage, reinterpret_cast<const std::uint32_t*>(scales),
-                                                    rows_scored, thread);
+        score_stage_exactly<kRows, kHeads, kSelect, kFp4Queries>(
+            p, page, stage, reinterpret_cast<const std::uint32_t*>(scales), rows_scored, thread);
         release_page();
       }
     } else if constexpr (kSelect) {
@@ -1029,14 +1174,16 @@ __device__ __forceinline__ void select_pages(const LogitsKernelParams& p, unsign
 // candidate lists (p.lists) instead of logits. kUneven: units are row tiles of
 // requests of uneven row counts (p.varlen), checked on the device first.
 // kFp4Keys: the cache holds fp4 keys (cache_format.hpp), turned into e5m2 by
-// the consumers (turn_fp4_stage).
-template <int kRows, int kHeads, int kPassColumns, bool kSelect, bool kUneven, bool kFp4Keys>
+// the consumers (turn_fp4_stage); kFp4Queries (with kFp4Keys only): fp4
+// queries, turned by producer 0 (turn_fp4_queries).
+template <int kRows, int kHeads, int kPassColumns, bool kSelect, bool kUneven, bool kFp4Keys, bool kFp4Queries>
 __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThreads), 1)
     paged_logits_sm90_kernel(const LogitsKernelParams p, const __grid_constant__ CUtensorMap key_map,
                              const __grid_constant__ CUtensorMap query_map) {
 #if DSA_SM90A_ENABLED
   using Layout = SharedLayout<kRows, kHeads, kSelect>;
   constexpr int kStages = Layout::kStages;
+  constexpr int kProducerBudget = kSelect ? kProducerRegisters : kScoringProducerRegisters;
   extern __shared__ unsigned char shared_raw[];
   // Swizzled tensor copies and wgmma descriptors need 1024-byte alignment.
   unsigned char* smem =
@@ -1057,6 +1204,7 @@ __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThread
     for (int s = 0; s < 2; ++s) {
       ptx::mbarrier_init(&Layout::query_full(smem)[s], 32);  // producer 0
       ptx::mbarrier_init(&Layout::query_empty(smem)[s], kQueryReleaseArrivals);
+      ptx::mbarrier_init(&Layout::query_staged(smem)[s], 1);
     }
     ptx::fence_barrier_init();
   }
@@ -1075,16 +1223,16 @@ __global__ void __launch_bounds__((SharedLayout<kRows, kHeads, kSelect>::kThread
   // derives from it (stage slots, descriptors) stays in uniform registers.
   const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / kWarpgroupThreads, 0);
   if (warpgroup == 0) {
-    ptx::lower_register_limit<kProducerRegisters>();
+    ptx::lower_register_limit<kProducerBudget>();
     if (threadIdx.x < 32 * kProducerWarps) {
-      produce<kRows, kHeads, kSelect, kUneven, kFp4Keys>(p, &key_map, &query_map, smem,
-                                      static_cast<int>(threadIdx.x) / 32);
+      produce<kRows, kHeads, kSelect, kUneven, kFp4Keys, kFp4Queries>(p, &key_map, &query_map, smem,
+                                                                      static_cast<int>(threadIdx.x) / 32);
     } else {
       fill_uncovered<kRows, !kSelect, kUneven>(p);
     }
   } else if (warpgroup <= Layout::kConsumers) {
-    ptx::raise_register_limit<consumer_registers(Layout::kConsumers, kSelect)>();
-    consume<kRows, kHeads, kPassColumns, kSelect, kFp4Keys>(p, smem, warpgroup - 1);
+    ptx::raise_register_limit<consumer_registers(Layout::kConsumers, kSelect, kProducerBudget)>();
+    consume<kRows, kHeads, kPassColumns, kSelect, kFp4Keys, kFp4Queries>(p, smem, warpgroup - 1);
   } else if constexpr (kSelect) {
     ptx::raise_register_limit<kSelectorRegisters>();
     const int selector = (static_cast<int>(threadIdx.x) / 32) % kSelectorWarps;

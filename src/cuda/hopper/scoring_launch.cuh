@@ -31,14 +31,16 @@ Status encode_maps(const LogitsProblem& p, CUtensorMap* query_map, CUtensorMap* 
 LogitsKernelParams kernel_params(const LogitsProblem& p, const ExecContext& ctx);
 
 // Launches the kernel instance for units of kRows draft rows of kHeads heads
-// (kSelect: the selection kernel; kUneven: row tiles of request_offsets) on
-// ctx.stream, one CTA per worker.
-template <int kRows, int kHeads, bool kSelect, bool kUneven = false, bool kFp4Keys = false>
+// (kSelect: the selection kernel; kUneven: row tiles of request_offsets;
+// kFp4Keys, kFp4Queries: the operands' formats) on ctx.stream, one CTA per
+// worker.
+template <int kRows, int kHeads, bool kSelect, bool kUneven = false, bool kFp4Keys = false, bool kFp4Queries = false>
 Status launch(const LogitsKernelParams& params, const ExecContext& ctx, const CUtensorMap& key_map,
               const CUtensorMap& query_map) {
   using Layout = SharedLayout<kRows, kHeads, kSelect>;
   constexpr int kSharedBytes = Layout::launch_bytes;
-  auto* kernel = &paged_logits_sm90_kernel<kRows, kHeads, kScoringPassColumns, kSelect, kUneven, kFp4Keys>;
+  auto* kernel =
+      &paged_logits_sm90_kernel<kRows, kHeads, kScoringPassColumns, kSelect, kUneven, kFp4Keys, kFp4Queries>;
   DSA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
   return launch_kernel("paged_logits_sm90_kernel", kernel,
@@ -64,13 +66,21 @@ Status for_rows(int rows, Launch&& launch) {
                                    " rows per unit"};
 }
 
-template <int kHeads, bool kSelect, bool kFp4Keys = false>
+template <int kHeads, bool kSelect, bool kFp4Keys = false, bool kFp4Queries = false>
 Status launch_for_rows(int rows, const LogitsKernelParams& params, const ExecContext& ctx,
                        const CUtensorMap& key_map, const CUtensorMap& query_map) {
   return for_rows(rows, [&](auto rows_constant) {
-    return launch<decltype(rows_constant)::value, kHeads, kSelect, false, kFp4Keys>(params, ctx, key_map,
-                                                                                   query_map);
+    return launch<decltype(rows_constant)::value, kHeads, kSelect, false, kFp4Keys, kFp4Queries>(params, ctx, key_map,
+                                                                                                query_map);
   });
+}
+
+// fp4 keys with fp8 or fp4 queries.
+template <int kHeads>
+Status launch_fp4_for_rows(int rows, bool fp4_queries, const LogitsKernelParams& params, const ExecContext& ctx,
+                           const CUtensorMap& key_map, const CUtensorMap& query_map) {
+  if (fp4_queries) return launch_for_rows<kHeads, false, true, true>(rows, params, ctx, key_map, query_map);
+  return launch_for_rows<kHeads, false, true>(rows, params, ctx, key_map, query_map);
 }
 
 // The row-tile kernels of requests of uneven row counts: tiles of
@@ -100,8 +110,8 @@ Status launch_scoring(const LogitsProblem& p, const LogitsKernelParams& params,
       return launch_uneven<64>(rows, params, ctx, key_map, query_map);
     }
     if (p.fp4_keys()) {
-      if (p.heads == 32) return launch_for_rows<32, false, true>(rows, params, ctx, key_map, query_map);
-      return launch_for_rows<64, false, true>(rows, params, ctx, key_map, query_map);
+      if (p.heads == 32) return launch_fp4_for_rows<32>(rows, p.fp4_queries(), params, ctx, key_map, query_map);
+      return launch_fp4_for_rows<64>(rows, p.fp4_queries(), params, ctx, key_map, query_map);
     }
   }
   if (p.heads == 32) return launch_for_rows<32, kSelect>(rows, params, ctx, key_map, query_map);
