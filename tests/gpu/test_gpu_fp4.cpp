@@ -153,6 +153,17 @@ struct DeviceFp4 {
   dsa::DeviceBuffer cache, codes, scales, weights;
 };
 
+// backend, query format, rows, heads, page size and the data's special cases.
+std::string fp4_case_name(const Fp4GpuCase& c) {
+  std::string name = std::string(dsa::backend_name(c.backend)) + (c.fp4_queries ? "_fp4q" : "_fp8q") + "_n" +
+                     std::to_string(c.spec.next_n) + "_h" + std::to_string(c.spec.heads) + "_p" +
+                     std::to_string(c.spec.page_tokens);
+  if (c.wide_tokens) name += "_wide_tokens";
+  if (c.wide_query_heads) name += "_wide_query_heads";
+  if (c.zero_blocks_far_below) name += "_zero_blocks";
+  return name;
+}
+
 class GpuFp4Logits : public ::testing::TestWithParam<Fp4GpuCase> {};
 
 TEST_P(GpuFp4Logits, MatchesTheFloat64Reference) {
@@ -222,7 +233,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Fp4GpuCase{WorkloadSpec{.batch = 3, .next_n = 4, .heads = 64}, true, Backend::cuda_hopper, false,
                                  false, true},
                       Fp4GpuCase{WorkloadSpec{.batch = 3, .next_n = 2, .heads = 64}, false, Backend::cuda_hopper, false,
-                                 false, true}));
+                                 false, true}),
+    [](const ::testing::TestParamInfo<Fp4GpuCase>& info) { return fp4_case_name(info.param); });
 
 // Requests of uneven row counts (request_offsets) over an fp4 cache, fp8 or
 // fp4 queries: against the float64 reference, and index_topk (positions and

@@ -494,6 +494,7 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
     const int round = stage_sequence / kStages;
     while (ptx::load_acquire_cta(&pushed_rounds[slot]) != round - 1) {
     }
+    __syncwarp();  // every lane has read the round before the leader records the next
     ptx::mbarrier_wait(&page_empty[slot], (round & 1) ^ 1);
     if (leader) {
       const unsigned refused = ~read & ((1u << page_count) - 1);
