@@ -108,6 +108,8 @@ struct Fp4GpuCase {
   // Every 3rd token has a block of zero codes whose exponent lies 2^100 below
   // the others': it adds nothing, so the products stay exact.
   bool zero_blocks_far_below = false;
+  // bfloat16 logits without clean_logits (otherwise float32, cleaned).
+  bool bf16_unclean = false;
 };
 
 // Spreads the block exponents of every 5th query head (2^+10 and 2^-10 around
@@ -161,6 +163,7 @@ std::string fp4_case_name(const Fp4GpuCase& c) {
   if (c.wide_tokens) name += "_wide_tokens";
   if (c.wide_query_heads) name += "_wide_query_heads";
   if (c.zero_blocks_far_below) name += "_zero_blocks";
+  if (c.bf16_unclean) name += "_bf16_unclean";
   return name;
 }
 
@@ -184,10 +187,12 @@ TEST_P(GpuFp4Logits, MatchesTheFloat64Reference) {
   const dsa::LogitsPath path = dsa::resolve_logits_path(dsa::LogitsPath::automatic, w.next_n, w.heads, kGpu, gpu.ctx);
   const dsa::DeviceBuffer schedule = plan_on_device(dw, workers, path, gpu.ctx);
   const std::int64_t stride = w.max_context_len + 3;
-  const dsa::DeviceBuffer logits = device_filled(static_cast<std::size_t>(w.rows() * stride * 4), 0xFF);
+  const DType dtype = c.bf16_unclean ? DType::bfloat16 : DType::float32;
+  const dsa::DeviceBuffer logits =
+      device_filled(static_cast<std::size_t>(w.rows() * stride) * dsa::dtype_size(dtype), 0xFF);
   const Fp4CacheGeometry& g = cache.geometry;
   dsa::LogitsOptions options;
-  options.clean_logits = true;
+  options.clean_logits = !c.bf16_unclean;
   const dsa::TensorView q = c.fp4_queries ? device_view(device.codes, DType::uint8, {w.batch, w.next_n, w.heads, kD / 2})
                                           : dw.q_view();
   if (c.fp4_queries) options.q_block_scales = device_view(device.scales, DType::int32, {w.batch, w.next_n, w.heads});
@@ -195,9 +200,9 @@ TEST_P(GpuFp4Logits, MatchesTheFloat64Reference) {
       q, device_view(device.cache, DType::uint8, {g.num_pages, g.page_tokens, 1, 68}, {g.page_stride, 68, 68, 1}),
       c.fp4_queries ? device_view(device.weights, DType::float32, {w.rows(), w.heads}) : dw.weights_view(),
       dw.lens_view(), dw.block_table_view(), schedule_view(schedule), w.max_context_len,
-      device_view(logits, DType::float32, {w.rows(), w.max_context_len}, {stride, 1}), options, gpu.ctx));
+      device_view(logits, dtype, {w.rows(), w.max_context_len}, {stride, 1}), options, gpu.ctx));
   EXPECT_TRUE(logits_match(w, fp4_reference_logits(w, cache, c.fp4_queries ? &queries : nullptr),
-                           host_copy<std::uint8_t>(logits), DType::float32, stride, true,
+                           host_copy<std::uint8_t>(logits), dtype, stride, options.clean_logits,
                            logits_tolerance(c.backend)));
 }
 
@@ -233,7 +238,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Fp4GpuCase{WorkloadSpec{.batch = 3, .next_n = 4, .heads = 64}, true, Backend::cuda_hopper, false,
                                  false, true},
                       Fp4GpuCase{WorkloadSpec{.batch = 3, .next_n = 2, .heads = 64}, false, Backend::cuda_hopper, false,
-                                 false, true}),
+                                 false, true},
+                      // bfloat16 logits, unclean, both query formats.
+                      Fp4GpuCase{WorkloadSpec{.batch = 3, .next_n = 3, .heads = 64, .page_tokens = 32}, true,
+                                 Backend::cuda_hopper, false, false, false, true},
+                      Fp4GpuCase{WorkloadSpec{.batch = 2, .next_n = 2, .heads = 32}, false, Backend::cuda_hopper, false,
+                                 false, false, true}),
     [](const ::testing::TestParamInfo<Fp4GpuCase>& info) { return fp4_case_name(info.param); });
 
 // Requests of uneven row counts (request_offsets) over an fp4 cache, fp8 or

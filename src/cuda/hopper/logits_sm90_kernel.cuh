@@ -351,6 +351,31 @@ __device__ __forceinline__ bool unscored_value(const LogitsKernelParams& p, std:
   return p.clean_logits;
 }
 
+// ---- fp4 codes as e5m2 rows ----------------------------------------------------
+
+// Writes block `block` (32 codes, element i in nibble i % 8 of words[i / 8]) of
+// a 128-byte row (`row_bytes`, row `row` of a 1024-byte-aligned tile) as e5m2
+// bytes of code * 2^shift (`table` = e5m2_table(shift)): 16-byte chunks
+// 2 * block and 2 * block + 1 of the row, placed by the 128-byte swizzle
+// (chunk index ^ row % 8) as a tensor copy would have placed them.
+__device__ __forceinline__ void store_e5m2_block(unsigned char* row_bytes, int row, int block,
+                                                 const std::uint32_t (&words)[4], const E5m2Table& table) {
+  std::uint32_t out[8];
+#pragma unroll
+  for (int w = 0; w < 4; ++w) {
+    std::uint32_t pair[2];
+    e2m1x8_to_e5m2(words[w], table, pair);
+    out[2 * w] = pair[0];
+    out[2 * w + 1] = pair[1];
+  }
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    const int chunk = (2 * block + c) ^ (row & 7);
+    *reinterpret_cast<uint4*>(row_bytes + chunk * 16) =
+        make_uint4(out[4 * c], out[4 * c + 1], out[4 * c + 2], out[4 * c + 3]);
+  }
+}
+
 // ---- fp4 queries ---------------------------------------------------------------
 
 // Producer 0 turns a unit's fp4 queries, copied packed into the upper half of
@@ -412,20 +437,7 @@ __device__ __forceinline__ bool turn_fp4_queries(const LogitsKernelParams& p, un
       const int shift = (used >> b & 1u) ? static_cast<int>((word >> (8 * b)) & 0xFFu) - top : 0;
       const E5m2Table table = e5m2_table(shift >= kE5m2ExactShiftMin ? shift : 0);
       const std::uint32_t words[4] = {blocks[b].x, blocks[b].y, blocks[b].z, blocks[b].w};
-      std::uint32_t out[8];
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        std::uint32_t pair[2];
-        e2m1x8_to_e5m2(words[w], table, pair);
-        out[2 * w] = pair[0];
-        out[2 * w + 1] = pair[1];
-      }
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int chunk = (2 * b + c) ^ (row & 7);  // the 128-byte swizzle
-        *reinterpret_cast<uint4*>(slot + row * kHeadDim + chunk * 16) =
-            make_uint4(out[4 * c], out[4 * c + 1], out[4 * c + 2], out[4 * c + 3]);
-      }
+      store_e5m2_block(slot + row * kHeadDim, row, b, words, table);
     }
   }
   ptx::fence_proxy_async_shared();  // the rows are the products' operands
@@ -924,28 +936,14 @@ __device__ __forceinline__ bool turn_fp4_stage(unsigned char* keys, float* scale
       loaded && used_blocks != 0 && (bottom < 1 || top > 254 || top - bottom > -kE5m2ExactShiftMin);
   // Also orders every thread's reads of the codes before any row is written.
   if (ptx::named_barrier_or(barrier, kWarpgroupThreads, inexact)) return false;
-  const std::uint32_t words[8] = {first.x, first.y, first.z, first.w, second.x, second.y, second.z, second.w};
+  const uint4 halves[2] = {first, second};
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
     const int block = 2 * half + k;
     const int shift = static_cast<int>((word >> (8 * block)) & 0xFFu) - top;
     const E5m2Table table = e5m2_table(loaded && shift >= kE5m2ExactShiftMin ? shift : 0);
-    std::uint32_t out[8];
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-      std::uint32_t pair[2];
-      e2m1x8_to_e5m2(words[4 * k + w], table, pair);
-      out[2 * w] = pair[0];
-      out[2 * w + 1] = pair[1];
-    }
-    // The block's 32 bytes are 16-byte chunks 2 * block and 2 * block + 1 of the
-    // row, placed by the 128-byte swizzle (chunk index ^ row % 8).
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const int chunk = (2 * block + c) ^ (row & 7);
-      *reinterpret_cast<uint4*>(keys + row * kHeadDim + chunk * 16) =
-          make_uint4(out[4 * c], out[4 * c + 1], out[4 * c + 2], out[4 * c + 3]);
-    }
+    const std::uint32_t block_words[4] = {halves[k].x, halves[k].y, halves[k].z, halves[k].w};
+    store_e5m2_block(keys + row * kHeadDim, row, block, block_words, table);
   }
   if (half == 0) scales[row] = loaded ? __uint_as_float(static_cast<std::uint32_t>(top) << 23) : 0.0f;
   ptx::fence_proxy_async_shared();  // the rows are the products' operands
