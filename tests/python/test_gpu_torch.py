@@ -316,6 +316,43 @@ def test_deep_gemm_current_names(rng, page, heads, next_n):
         assert torch.equal(logits, results[0])
 
 
+@pytest.mark.parametrize("page", [64, 32])
+@pytest.mark.parametrize("fp4_queries", [False, True])
+@pytest.mark.parametrize("next_n", [1, 2, 5])
+def test_deep_gemm_fp4_cache(rng, page, fp4_queries, next_n):
+    """FP4 caches through DeepGEMM's current name on CUDA tensors (the sm_90a kernels on
+    Hopper), fp8 or fp4 queries, against the float64 reference of the dequantized values."""
+    batch, heads = 4, 64
+    prefix = rng.integers(0, 2500, size=batch).astype(np.int32)
+    lens = (prefix[:, None] + np.arange(next_n)[None, :] + 1).astype(np.int32)
+    pages = int((-(-lens.max(axis=1) // page)).sum()) + 2
+    keys = (rng.standard_normal((pages * page, D)) * np.exp(rng.uniform(-2, 2, (pages * page, 1))))
+    cache = ref.fp4_cache(keys.astype(np.float32), page)
+    table = ref.random_block_table(rng, lens, pages, page=page)
+    q = rng.standard_normal((batch, next_n, heads, D)).astype(np.float32)
+    weights = rng.standard_normal((batch * next_n, heads)).astype(np.float32)
+    if fp4_queries:
+        codes, scales = ref.fp4_quantize(q)
+        q_values = ref.fp4_decode(codes, scales)
+        q_pair = (cuda(codes).view(torch.int8), cuda(scales))
+    else:
+        codes = ref.e4m3_encode(q)
+        q_values = ref.e4m3_decode(codes).astype(np.float64)
+        q_pair = (cuda(codes).view(FP8), None)
+    max_len = int(lens.max()) + 3
+    key_values = ref.fp4_cache_keys(cache, page)
+    expected = ref.logits_of_values(q_values, key_values, weights, lens, table, max_len, page)
+    magnitude = ref.logits_of_values(np.abs(q_values), np.abs(key_values), np.abs(weights), lens,
+                                     table, max_len, page)
+    schedule = deep_gemm.get_paged_mqa_logits_metadata(cuda(lens), page, deep_gemm.get_num_sms())
+    logits = deep_gemm.fp8_fp4_paged_mqa_logits(
+        q_pair, cuda(cache).view(-1, page, 1, ref.FP4_TOKEN_BYTES), cuda(weights), cuda(lens),
+        cuda(table), schedule, max_len, clean_logits=True)
+    expected_t, magnitude_t = torch.from_numpy(expected).to(DEVICE), torch.from_numpy(magnitude).to(DEVICE)
+    assert_logits_close(logits, expected_t, magnitude_t)
+    assert torch.equal(torch.isneginf(logits), torch.isneginf(expected_t))
+
+
 def test_deep_gemm_refusals(rng):
     p = scoring_problem(rng, next_n=2, page=32)
     args = (p["cache"].view(-1, 32, 1, D + 4), p["weights"], p["lens"], p["table"],
