@@ -146,6 +146,26 @@ DSA_HD std::uint8_t fp4_code(const std::uint8_t* codes, int d) {
 DSA_HD float fp4_block_scale_value(std::uint32_t scale_word, int block) {
   return ue8m0_to_float(static_cast<std::uint8_t>(scale_word >> (8 * block)));
 }
+// The bf16 bits of every e2m1 code's value times 2^(exponent - 127), table[code]:
+// exact, since a value has two significant bits. Where every product is a
+// normal bf16 (exponents 2..252) the scale-1 bits with the exponent field
+// moved; elsewhere the float product, truncated (exact as well).
+inline void e2m1_bf16_table(std::uint8_t exponent, std::uint16_t (&table)[16]) {
+  // Scale 1: 0, 0.5, 1, 1.5, 2, 3, 4, 6, then the same negated (code 8 is -0).
+  constexpr std::uint16_t kScaleOne[16] = {0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0,
+                                           0x8000, 0xBF00, 0xBF80, 0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0};
+  if (exponent >= 2 && exponent <= 252) {
+    const auto shift = static_cast<std::uint16_t>((exponent - 127) * 128);  // modulo 2^16
+    for (int code = 0; code < 16; ++code) {
+      table[code] = static_cast<std::uint16_t>(kScaleOne[code] + ((code & 0x7) != 0 ? shift : 0));
+    }
+    return;
+  }
+  const float scale = ue8m0_to_float(exponent);
+  for (int code = 0; code < 16; ++code) {
+    table[code] = static_cast<std::uint16_t>(float_bits(e2m1_to_float(static_cast<std::uint8_t>(code)) * scale) >> 16);
+  }
+}
 DSA_HD float fp4_element(const std::uint8_t* codes, std::uint32_t scale_word, int d) {
   return e2m1_to_float(fp4_code(codes, d)) * fp4_block_scale_value(scale_word, d / kFp4BlockElements);
 }

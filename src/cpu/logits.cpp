@@ -29,8 +29,18 @@ void decode_fp8_heads(const E4m3Tables& tables, const std::uint8_t* fp8, std::in
 void decode_fp4_heads(const std::uint8_t* codes, std::int64_t stride, const std::uint32_t* scale_words,
                       std::int64_t scales_stride, std::int64_t heads, int head_dim, float* out) {
   for (std::int64_t h = 0; h < heads; ++h) {
-    for (int d = 0; d < head_dim; ++d) {
-      out[h * head_dim + d] = fp4_element(codes + h * stride, scale_words[h * scales_stride], d);
+    const std::uint8_t* head = codes + h * stride;
+    float* values = out + h * head_dim;
+    for (int first = 0; first < head_dim; first += kFp4BlockElements) {
+      // The block's 16 values: a code byte is then two lookups.
+      const float scale = fp4_block_scale_value(scale_words[h * scales_stride], first / kFp4BlockElements);
+      float table[16];
+      for (int code = 0; code < 16; ++code) table[code] = e2m1_to_float(static_cast<std::uint8_t>(code)) * scale;
+      for (int d = first; d < first + kFp4BlockElements; d += 2) {
+        const std::uint8_t byte = head[d / 2];
+        values[d] = table[byte & 0xF];
+        values[d + 1] = table[byte >> 4];
+      }
     }
   }
 }
@@ -60,15 +70,16 @@ void pack_fp4_key_block(int head_dim, const std::uint8_t* const* codes, const st
   const int words = head_dim / 2;  // one code byte per bf16 pair
   const int blocks = head_dim / kFp4BlockElements;
   // Per lane and block, the bf16 bits of every code's value at the block's
-  // scale: each code byte then costs two lookups.
-  std::array<std::array<std::uint16_t, 16>, kBlockKeys * kMaxBlocks> values{};
+  // scale: each code byte then costs two lookups. A padding lane reads code 0
+  // of its zero tables.
+  std::uint16_t values[kBlockKeys * kMaxBlocks][16];
   for (int i = 0; i < kBlockKeys; ++i) {
-    if (codes[i] == nullptr) continue;  // padding lane: zero
     for (int b = 0; b < blocks; ++b) {
-      const float scale = fp4_block_scale_value(scale_words[i], b);
-      for (int code = 0; code < 16; ++code) {
-        values[static_cast<std::size_t>(i * kMaxBlocks + b)][static_cast<std::size_t>(code)] =
-            static_cast<std::uint16_t>(float_bits(e2m1_to_float(static_cast<std::uint8_t>(code)) * scale) >> 16);
+      std::uint16_t(&table)[16] = values[i * kMaxBlocks + b];
+      if (codes[i] == nullptr) {
+        table[0] = 0;
+      } else {
+        e2m1_bf16_table(static_cast<std::uint8_t>(scale_words[i] >> (8 * b)), table);
       }
     }
   }
@@ -78,7 +89,7 @@ void pack_fp4_key_block(int head_dim, const std::uint8_t* const* codes, const st
     const int b = w * 2 / kFp4BlockElements;
     for (int i = 0; i < kBlockKeys; ++i) {
       const std::uint8_t byte = codes[i] == nullptr ? 0 : codes[i][w];
-      const auto& table = values[static_cast<std::size_t>(i * kMaxBlocks + b)];
+      const std::uint16_t* table = values[i * kMaxBlocks + b];
       pairs[w * kBlockKeys + i] = table[byte & 0xF] | (std::uint32_t{table[byte >> 4]} << 16);
     }
   }

@@ -84,6 +84,24 @@ TEST(Fp4Formats, E2m1ToE5m2IsExactForEveryShiftAndPosition) {
   }
 }
 
+// The bf16 values the CPU backend packs fp4 keys with: every code at every
+// block exponent but 255 (a scale of infinity), against the value in double.
+TEST(Fp4Formats, E2m1Bf16TableIsExactForEveryExponent) {
+  const double magnitudes[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
+  for (int exponent = 0; exponent < 255; ++exponent) {
+    std::uint16_t table[16];
+    dsa::detail::e2m1_bf16_table(static_cast<std::uint8_t>(exponent), table);
+    for (int code = 0; code < 16; ++code) {
+      const double magnitude = std::ldexp(magnitudes[code & 0x7], exponent - 127);
+      const auto value = static_cast<float>((code & 0x8) ? -magnitude : magnitude);
+      std::uint32_t bits = 0;
+      std::memcpy(&bits, &value, sizeof bits);
+      ASSERT_EQ(bits & 0xFFFFu, 0u) << "a bf16 value";
+      ASSERT_EQ(table[code], bits >> 16) << "exponent " << exponent << " code " << code;
+    }
+  }
+}
+
 TEST(Fp4Formats, BlockScaleRoundsUpToPowersOfTwo) {
   std::vector<float> amaxes{0.0f, 1e-30f, 1e-4f, 2e-4f, 0.5f, 6.0f, std::nextafter(6.0f, 7.0f), 7.0f, 12.0f,
                             3.0f, 448.0f, 1e20f, 1e38f, FLT_MAX};
