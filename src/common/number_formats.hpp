@@ -178,6 +178,31 @@ DSA_HD float fp4_element(const std::uint8_t* codes, std::uint32_t scale_word, in
 // when the exponents of one token (or query head) span at most 15.
 inline constexpr int kE5m2ExactShiftMin = -15;
 
+// The block exponents of an fp4 row (a key token or a query head) whose
+// blocks in `used` (bit b: block b) hold a nonzero code: blocks of zero codes
+// add nothing at any scale and take no part.
+struct Fp4RowExponents {
+  int top = 0;       // the largest used exponent (0: none used)
+  int bottom = 255;  // the smallest
+};
+DSA_HD Fp4RowExponents fp4_row_exponents(std::uint32_t scale_word, unsigned used) {
+  Fp4RowExponents e;
+  for (int b = 0; b < 4; ++b) {
+    if ((used >> b & 1u) == 0) continue;
+    const int exponent = static_cast<int>((scale_word >> (8 * b)) & 0xFFu);
+    e.top = exponent > e.top ? exponent : e.top;
+    e.bottom = exponent < e.bottom ? exponent : e.bottom;
+  }
+  return e;
+}
+// Whether e5m2 operands hold the row exactly as code * 2^(exponent - top),
+// with 2^(top - 127) a normal float scale: the used exponents span at most
+// -kE5m2ExactShiftMin and none is 0 or 255. A row without used blocks is
+// zero, held at any scale.
+DSA_HD bool e5m2_holds_fp4_row(const Fp4RowExponents& e, unsigned used) {
+  return used == 0 || (e.bottom >= 1 && e.top <= 254 && e.top - e.bottom <= -kE5m2ExactShiftMin);
+}
+
 // The eight e5m2 bytes of the e2m1 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 times
 // 2^shift (shift in [kE5m2ExactShiftMin, 0]), as a byte-permutation table:
 // magnitude m's byte is byte m of the pair (low word bytes 0-3, high word 4-7).

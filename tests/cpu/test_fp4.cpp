@@ -6,6 +6,7 @@
 // index_topk on fp4 caches, and the validation of fp4 arguments.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -100,6 +101,49 @@ TEST(Fp4Formats, E2m1Bf16TableIsExactForEveryExponent) {
       ASSERT_EQ(table[code], bits >> 16) << "exponent " << exponent << " code " << code;
     }
   }
+}
+
+// The rule the Hopper kernels turn fp4 rows by (keys and queries): every code
+// of a row it accepts, as e5m2 of code * 2^(exponent - top) times the float
+// scale 2^(top - 127), is the exact value; a row it turns down for its span
+// has a code e5m2 cannot hold (0.5 * 2^(bottom - top) below e5m2's least
+// subnormal, 2^-16).
+TEST(Fp4Formats, E5m2HoldsExactlyTheRowsTheRuleAccepts) {
+  const double magnitudes[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
+  std::mt19937 rng(5);
+  int accepted = 0, spans = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const int base = static_cast<int>(rng() % 256);
+    std::uint32_t word = 0;
+    for (int b = 0; b < 4; ++b) {
+      const int exponent = std::clamp(base + static_cast<int>(rng() % 37) - 18, 0, 255);
+      word |= static_cast<std::uint32_t>(exponent) << (8 * b);
+    }
+    const unsigned used = rng() % 16;
+    const dsa::detail::Fp4RowExponents e = dsa::detail::fp4_row_exponents(word, used);
+    if (!dsa::detail::e5m2_holds_fp4_row(e, used)) {
+      if (e.bottom >= 1 && e.top <= 254) {
+        ++spans;
+        ASSERT_LT(std::ldexp(0.5, e.bottom - e.top), std::ldexp(1.0, -16)) << "word " << word << " used " << used;
+      }
+      continue;
+    }
+    ++accepted;
+    for (int b = 0; b < 4; ++b) {
+      if ((used >> b & 1u) == 0) continue;
+      const int exponent = static_cast<int>((word >> (8 * b)) & 0xFFu);
+      const dsa::detail::E5m2Table table = dsa::detail::e5m2_table(exponent - e.top);
+      for (std::uint32_t code = 0; code < 16; ++code) {
+        std::uint32_t out[2];
+        dsa::detail::e2m1x8_to_e5m2(code, table, out);
+        const double want = ((code & 0x8u) ? -1.0 : 1.0) * std::ldexp(magnitudes[code & 0x7u], exponent - 127);
+        const double got = e5m2_value(static_cast<std::uint8_t>(out[0] & 0xFFu)) * std::ldexp(1.0, e.top - 127);
+        ASSERT_EQ(got, want) << "word " << word << " used " << used << " block " << b << " code " << code;
+      }
+    }
+  }
+  EXPECT_GT(accepted, 1000);
+  EXPECT_GT(spans, 1000);
 }
 
 TEST(Fp4Formats, BlockScaleRoundsUpToPowersOfTwo) {

@@ -418,17 +418,15 @@ __device__ __forceinline__ bool turn_fp4_queries(const LogitsKernelParams& p, un
       weight = __ldg(p.weights + (rows.first_row + j) * p.weights_stride_row + head);
     }
     __syncwarp();  // the batch's rows are read before any is written
-    int top = 0, bottom = 255;
     unsigned used = 0;
 #pragma unroll
     for (int b = 0; b < kBlocks; ++b) {
-      if (j >= rows.count || (blocks[b].x | blocks[b].y | blocks[b].z | blocks[b].w) == 0u) continue;
-      used |= 1u << b;
-      const int exponent = static_cast<int>((word >> (8 * b)) & 0xFFu);
-      top = exponent > top ? exponent : top;
-      bottom = exponent < bottom ? exponent : bottom;
+      const bool nonzero = (blocks[b].x | blocks[b].y | blocks[b].z | blocks[b].w) != 0u;
+      used |= static_cast<unsigned>(j < rows.count && nonzero) << b;
     }
-    const bool wide = used != 0 && (bottom < 1 || top > 254 || top - bottom > -kE5m2ExactShiftMin);
+    const Fp4RowExponents exponents = fp4_row_exponents(word, used);
+    const int top = exponents.top;
+    const bool wide = !e5m2_holds_fp4_row(exponents, used);
     const float folded = used != 0 && !wide ? weight * __uint_as_float(static_cast<std::uint32_t>(top) << 23) : weight;
     inexact |= wide || (isfinite(weight) && weight != 0.0f && (!isfinite(folded) || fabsf(folded) < FLT_MIN));
     weights[row] = folded;
@@ -922,18 +920,11 @@ __device__ __forceinline__ bool turn_fp4_stage(unsigned char* keys, float* scale
                          << (2 * half);
   used_blocks |= __shfl_xor_sync(0xffffffffu, used_blocks, 1);  // the row's other half
   const std::uint32_t word = reinterpret_cast<const std::uint32_t*>(scales)[row];
-  int top = 0, bottom = 255;
-#pragma unroll
-  for (int b = 0; b < kHeadDim / kFp4BlockElements; ++b) {
-    if ((used_blocks >> b & 1u) == 0) continue;
-    const int exponent = static_cast<int>((word >> (8 * b)) & 0xFFu);
-    top = exponent > top ? exponent : top;
-    bottom = exponent < bottom ? exponent : bottom;
-  }
+  const Fp4RowExponents exponents = fp4_row_exponents(word, used_blocks);
+  const int top = exponents.top;
   const bool loaded = row < stage.loaded_rows && row < rows_scored &&
                       !(row >= stage.refused_begin && row < stage.refused_end);
-  const bool inexact =
-      loaded && used_blocks != 0 && (bottom < 1 || top > 254 || top - bottom > -kE5m2ExactShiftMin);
+  const bool inexact = loaded && !e5m2_holds_fp4_row(exponents, used_blocks);
   // Also orders every thread's reads of the codes before any row is written.
   if (ptx::named_barrier_or(barrier, kWarpgroupThreads, inexact)) return false;
   const uint4 halves[2] = {first, second};
@@ -1037,8 +1028,9 @@ __device__ void score_stage_exactly(const LogitsKernelParams& p, const PageConte
 // Scores the passes of a page one after another (kKeys: the type of its key
 // bytes): release() runs once the last product has read the page,
 // finish(first_row, rows, acc) turns each finished pass (rows draft rows from
-// first_row, as integral constants) into logits. Passes from draft row page.rows_in_use on are skipped (a row
-// tile of a request with fewer rows computes only its own).
+// first_row, as integral constants) into logits. Passes from draft row
+// page.rows_in_use on are skipped (a row tile of a request with fewer rows
+// computes only its own).
 template <int kRows, int kHeads, int kPassColumns, int kFirstRow, ptx::Fp8Type kKeys = ptx::Fp8Type::e4m3,
           ptx::Fp8Type kQueries = ptx::Fp8Type::e4m3, typename Release, typename Finish>
 __device__ __forceinline__ void score_passes(const PageContext& page, Release&& release, Finish&& finish) {
