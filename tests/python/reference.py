@@ -255,6 +255,16 @@ def fp4_decode(codes, words):
     return (values * np.exp2(e.astype(np.float64) - 127.0)[..., None]).reshape(codes.shape[:-1] + (128,))
 
 
+def encode_queries(q, fp4):
+    """(codes, block-scale words or None, float64 values) of float32 queries q [..., 128]:
+    fp4 codes with their scale words, or e4m3 codes."""
+    if fp4:
+        codes, scales = fp4_quantize(q)
+        return codes, scales, fp4_decode(codes, scales)
+    codes = e4m3_encode(q)
+    return codes, None, e4m3_decode(codes).astype(np.float64)
+
+
 def fp4_cache(keys, page=PAGE):
     """uint8 [pages, P * 68] holding float32 keys [pages * P, 128], slot s at row s % P of
     page s // P."""

@@ -40,12 +40,8 @@ def fp4_problem(rng, batch=3, next_n=2, heads=4, page=64, fp4_queries=False):
     table = ref.random_block_table(rng, lens, pages, page=page)
     q = rng.standard_normal((batch, next_n, heads, D)).astype(np.float32)
     weights = rng.standard_normal((batch * next_n, heads)).astype(np.float32)
-    if fp4_queries:
-        codes, scales = ref.fp4_quantize(q)
-        q_args, q_values = dict(q=codes, q_block_scales=scales), ref.fp4_decode(codes, scales)
-    else:
-        codes = ref.e4m3_encode(q)
-        q_args, q_values = dict(q=codes, q_block_scales=None), ref.e4m3_decode(codes)
+    codes, scales, q_values = ref.encode_queries(q, fp4_queries)
+    q_args = dict(q=codes, q_block_scales=scales)
     return dict(lens=lens, cache=cache, table=table, weights=weights, page=page, q_args=q_args,
                 q_values=q_values, max_len=int(lens.max()) + 3)
 
@@ -142,12 +138,8 @@ def fp4_varlen_problem(rng, rows_per_request, page, fp4_queries, heads=4):
     keys[1, :32] = 300.0  # logits of keys near the float range would leave it
     p["cache"] = ref.fp4_cache(keys, page)
     q = rng.standard_normal((len(p["lens"]), 1, heads, D)).astype(np.float32)
-    if fp4_queries:
-        codes, scales = ref.fp4_quantize(q)
-        p.update(q=codes, q_block_scales=scales, q_values=ref.fp4_decode(codes, scales))
-    else:
-        codes = ref.e4m3_encode(q)
-        p.update(q=codes, q_block_scales=None, q_values=ref.e4m3_decode(codes))
+    codes, scales, q_values = ref.encode_queries(q, fp4_queries)
+    p.update(q=codes, q_block_scales=scales, q_values=q_values)
     return p
 
 

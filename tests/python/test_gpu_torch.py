@@ -331,14 +331,8 @@ def test_deep_gemm_fp4_cache(rng, page, fp4_queries, next_n):
     table = ref.random_block_table(rng, lens, pages, page=page)
     q = rng.standard_normal((batch, next_n, heads, D)).astype(np.float32)
     weights = rng.standard_normal((batch * next_n, heads)).astype(np.float32)
-    if fp4_queries:
-        codes, scales = ref.fp4_quantize(q)
-        q_values = ref.fp4_decode(codes, scales)
-        q_pair = (cuda(codes).view(torch.int8), cuda(scales))
-    else:
-        codes = ref.e4m3_encode(q)
-        q_values = ref.e4m3_decode(codes).astype(np.float64)
-        q_pair = (cuda(codes).view(FP8), None)
+    codes, scales, q_values = ref.encode_queries(q, fp4_queries)
+    q_pair = (cuda(codes).view(torch.int8), cuda(scales)) if fp4_queries else (cuda(codes).view(FP8), None)
     max_len = int(lens.max()) + 3
     key_values = ref.fp4_cache_keys(cache, page)
     expected = ref.logits_of_values(q_values, key_values, weights, lens, table, max_len, page)
