@@ -87,17 +87,13 @@ Status select_scoring_engine(const char* op, const detail::LogitsProblem& p, con
                              Engine* engine) {
   DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, engine));
   if (!is_cuda_engine(*engine)) return Status::success();
-  // The Hopper kernels read fp8 keys with fp8 queries, and fp4 keys with fp8
-  // or fp4 queries apart from rows of uneven requests; the other mixes go to
-  // the generic kernels.
-  const bool uneven = p.varlen.offsets != nullptr;
-  const bool fp4_refused = p.fp4_keys() ? uneven : p.fp4_queries();
+  // The Hopper kernels read fp8 keys with fp8 queries and fp4 keys with fp8
+  // or fp4 queries; fp4 queries over fp8 keys go to the generic kernels.
+  const bool fp4_refused = p.fp4_queries() && !p.fp4_keys();
   if (ctx.backend == Backend::cuda_hopper && fp4_refused) {
     return {ErrorCode::unsupported,
             std::string(op) + ": ctx.backend: cuda_hopper reads fp8 keys with fp8 queries and fp4 keys with fp8 or "
-                "fp4 queries (fp4 keys not with request_offsets), this call has " +
-                (p.fp4_keys() ? "fp4 keys" : "fp8 keys") + " and " + (p.fp4_queries() ? "fp4 queries" : "fp8 queries") +
-                (uneven ? " with request_offsets" : "") + "; use automatic or cuda_generic"};
+                "fp4 queries, this call has fp4 queries over fp8 keys; use automatic or cuda_generic"};
   }
   const bool hopper_serves =
       hopper_candidate(p.device, ctx) && !fp4_refused &&

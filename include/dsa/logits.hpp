@@ -21,8 +21,7 @@ struct LogitsOptions {
   int page_size = 0;
   // The cache's key format: see "Key format" in dsa/cache.hpp. The Hopper
   // backend reads fp8 keys with fp8 queries, and fp4 keys with fp8 or fp4
-  // queries (not with request_offsets); automatic runs the other fp4 mixes on
-  // the generic kernels.
+  // queries; automatic runs fp4 queries over fp8 keys on the generic kernels.
   KeyFormat key_format = KeyFormat::automatic;
   // fp4 queries: int32 [B, next_n, H], each the packed ue8m0 block scales of
   // one (row, head) query as a key's scale word is packed (dsa/cache.hpp).

@@ -263,6 +263,7 @@ class GpuFp4Varlen : public ::testing::TestWithParam<Fp4VarlenGpuCase> {};
 TEST_P(GpuFp4Varlen, MatchesTheFloat64ReferenceAndIndexTopk) {
   DSA_REQUIRE_GPU();
   const Fp4VarlenGpuCase c = GetParam();
+  if (c.backend == Backend::cuda_hopper) DSA_REQUIRE_HOPPER();
   const VarlenWorkload v = make_varlen_workload(c.spec);
   const Workload& w = v.rows;
   Fp4Cache cache = fp4_cache_of(w);
@@ -302,7 +303,7 @@ TEST_P(GpuFp4Varlen, MatchesTheFloat64ReferenceAndIndexTopk) {
                                           schedule_view(schedule), cols, logits_view, options, gpu.ctx));
   EXPECT_TRUE(logits_match(w, fp4_reference_logits(v, cache, c.fp4_queries ? &queries : nullptr),
                            host_copy<std::uint8_t>(logits), DType::float32, cols, true,
-                           logits_tolerance(Backend::cuda_generic)));
+                           logits_tolerance(c.backend)));
 
   index_options.q_block_scales = q_scales;
   for (const bool physical : {false, true}) {
@@ -347,6 +348,19 @@ std::vector<Fp4VarlenGpuCase> gpu_fp4_varlen_cases() {
                      VarlenSpec{.rows_per_request = {8, 3, 1, 5}, .heads = 16, .causal = false,
                                 .page_tokens = page, .seed = seed + 3},
                      false, Backend::automatic});
+    // The Hopper row tiles, fp8 and fp4 queries.
+    cases.push_back({p + "rows_1_to_4_hopper",
+                     VarlenSpec{.rows_per_request = {1, 4, 2, 3, 1}, .heads = 64, .max_prefix = 900,
+                                .page_tokens = page, .seed = seed + 4},
+                     false, Backend::cuda_hopper});
+    cases.push_back({p + "row_tiles_any_order_fp4_queries_hopper",
+                     VarlenSpec{.rows_per_request = {9, 0, 17, 1, 6}, .heads = 32, .causal = false,
+                                .max_prefix = 1500, .page_tokens = page, .seed = seed + 5},
+                     true, Backend::cuda_hopper});
+    cases.push_back({p + "prefill_among_decodes_fp4_queries_hopper",
+                     VarlenSpec{.rows_per_request = {1, 70, 2, 0}, .heads = 64, .max_prefix = 700,
+                                .page_tokens = page, .seed = seed + 6},
+                     true, Backend::cuda_hopper});
   }
   return cases;
 }

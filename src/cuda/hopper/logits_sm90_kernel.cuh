@@ -390,7 +390,7 @@ __device__ __forceinline__ void store_e5m2_block(unsigned char* row_bytes, int r
 // a head cannot be held exactly (its blocks' exponents span more than 15 or
 // hold ue8m0 0 or 255, or its folded weight leaves the normal floats); the
 // consumers then score every stage of the load value by value.
-template <int kRows, int kHeads>
+template <int kRows, int kHeads, bool kUneven>
 __device__ __forceinline__ bool turn_fp4_queries(const LogitsKernelParams& p, unsigned char* slot,
                                                  const UnitRows& rows, const QueryCoordinates& at, float* weights,
                                                  int lane) {
@@ -411,10 +411,11 @@ __device__ __forceinline__ bool turn_fp4_queries(const LogitsKernelParams& p, un
     for (int b = 0; b < kBlocks; ++b) blocks[b] = source[b];
     std::uint32_t word = 0;
     float weight = 0.0f;
-    if (j < rows.count) {  // the unit's rows: drafts at.c2 + j of request at.c3
+    if (j < rows.count) {  // the unit's rows: drafts at.c2 + j of request at.c3, or rows at.c2 + j
       const int head = row % kHeads;
-      word = __ldg(p.q_scales + at.c3 * p.q_scales_stride_b + (at.c2 + j) * p.q_scales_stride_n +
-                   head * p.q_scales_stride_h);
+      const std::int64_t scales_row = kUneven ? (at.c2 + j) * p.q_scales_stride_b
+                                              : at.c3 * p.q_scales_stride_b + (at.c2 + j) * p.q_scales_stride_n;
+      word = __ldg(p.q_scales + scales_row + head * p.q_scales_stride_h);
       weight = __ldg(p.weights + (rows.first_row + j) * p.weights_stride_row + head);
     }
     __syncwarp();  // the batch's rows are read before any is written
@@ -569,7 +570,8 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
     if constexpr (kFp4Queries) {
       ptx::mbarrier_wait(&query_staged[slot], (generation >> 1) & 1);
       const bool exact_only =
-          turn_fp4_queries<kRows, kHeads>(p, Layout::query_slot(smem, slot), rows, at, info[slot].weights, lane);
+          turn_fp4_queries<kRows, kHeads, kUneven>(p, Layout::query_slot(smem, slot), rows, at, info[slot].weights,
+                                                   lane);
       if (lane == 0) info[slot].exact_only = exact_only;
     } else {
       float weights[kWeightsPerLane];

@@ -66,30 +66,40 @@ Status for_rows(int rows, Launch&& launch) {
                                    " rows per unit"};
 }
 
-template <int kHeads, bool kSelect, bool kFp4Keys = false, bool kFp4Queries = false>
-Status launch_for_rows(int rows, const LogitsKernelParams& params, const ExecContext& ctx,
-                       const CUtensorMap& key_map, const CUtensorMap& query_map) {
-  return for_rows(rows, [&](auto rows_constant) {
-    return launch<decltype(rows_constant)::value, kHeads, kSelect, false, kFp4Keys, kFp4Queries>(params, ctx, key_map,
-                                                                                                query_map);
-  });
+// The scoring instance of p's operand formats: fp8 keys and queries, fp4 keys
+// with fp8 queries, or fp4 keys and queries (fp4 queries over fp8 keys are
+// the generic kernels').
+template <int kRows, int kHeads, bool kUneven>
+Status launch_formats(const LogitsProblem& p, const LogitsKernelParams& params, const ExecContext& ctx,
+                      const CUtensorMap& key_map, const CUtensorMap& query_map) {
+  if (!p.fp4_keys()) return launch<kRows, kHeads, false, kUneven>(params, ctx, key_map, query_map);
+  if (p.fp4_queries()) return launch<kRows, kHeads, false, kUneven, true, true>(params, ctx, key_map, query_map);
+  return launch<kRows, kHeads, false, kUneven, true>(params, ctx, key_map, query_map);
 }
 
-// fp4 keys with fp8 or fp4 queries.
-template <int kHeads>
-Status launch_fp4_for_rows(int rows, bool fp4_queries, const LogitsKernelParams& params, const ExecContext& ctx,
-                           const CUtensorMap& key_map, const CUtensorMap& query_map) {
-  if (fp4_queries) return launch_for_rows<kHeads, false, true, true>(rows, params, ctx, key_map, query_map);
-  return launch_for_rows<kHeads, false, true>(rows, params, ctx, key_map, query_map);
+// Units of p.rows_per_unit() draft rows: the selection kernel (kSelect, fp8
+// only) or the scoring kernel of p's formats.
+template <int kHeads, bool kSelect>
+Status launch_for_rows(const LogitsProblem& p, const LogitsKernelParams& params, const ExecContext& ctx,
+                       const CUtensorMap& key_map, const CUtensorMap& query_map) {
+  return for_rows(p.rows_per_unit(), [&](auto rows_constant) {
+    constexpr int kRows = decltype(rows_constant)::value;
+    if constexpr (kSelect) {
+      return launch<kRows, kHeads, true>(params, ctx, key_map, query_map);
+    } else {
+      return launch_formats<kRows, kHeads, false>(p, params, ctx, key_map, query_map);
+    }
+  });
 }
 
 // The row-tile kernels of requests of uneven row counts: tiles of
 // kVarlenRowTile rows on the native path, one row on the per-token path.
 template <int kHeads>
-Status launch_uneven(int rows, const LogitsKernelParams& params, const ExecContext& ctx,
+Status launch_uneven(const LogitsProblem& p, const LogitsKernelParams& params, const ExecContext& ctx,
                      const CUtensorMap& key_map, const CUtensorMap& query_map) {
-  if (rows == 1) return launch<1, kHeads, false, true>(params, ctx, key_map, query_map);
-  if (rows == kVarlenRowTile) return launch<kVarlenRowTile, kHeads, false, true>(params, ctx, key_map, query_map);
+  const int rows = p.rows_per_unit();
+  if (rows == 1) return launch_formats<1, kHeads, true>(p, params, ctx, key_map, query_map);
+  if (rows == kVarlenRowTile) return launch_formats<kVarlenRowTile, kHeads, true>(p, params, ctx, key_map, query_map);
   return {ErrorCode::internal, "paged_mqa_logits: no Hopper kernel for row tiles of " + std::to_string(rows) +
                                    " rows"};
 }
@@ -100,22 +110,17 @@ template <bool kSelect>
 Status launch_scoring(const LogitsProblem& p, const LogitsKernelParams& params,
                       const ExecContext& ctx) {
   DSA_RETURN_IF_ERROR(check_hopper_problem(p));
-  const int rows = p.rows_per_unit();
   CUtensorMap key_map{};
   CUtensorMap query_map{};
   DSA_RETURN_IF_ERROR(encode_maps(p, &query_map, &key_map));
   if constexpr (!kSelect) {
     if (p.varlen.offsets != nullptr) {
-      if (p.heads == 32) return launch_uneven<32>(rows, params, ctx, key_map, query_map);
-      return launch_uneven<64>(rows, params, ctx, key_map, query_map);
-    }
-    if (p.fp4_keys()) {
-      if (p.heads == 32) return launch_fp4_for_rows<32>(rows, p.fp4_queries(), params, ctx, key_map, query_map);
-      return launch_fp4_for_rows<64>(rows, p.fp4_queries(), params, ctx, key_map, query_map);
+      if (p.heads == 32) return launch_uneven<32>(p, params, ctx, key_map, query_map);
+      return launch_uneven<64>(p, params, ctx, key_map, query_map);
     }
   }
-  if (p.heads == 32) return launch_for_rows<32, kSelect>(rows, params, ctx, key_map, query_map);
-  return launch_for_rows<64, kSelect>(rows, params, ctx, key_map, query_map);
+  if (p.heads == 32) return launch_for_rows<32, kSelect>(p, params, ctx, key_map, query_map);
+  return launch_for_rows<64, kSelect>(p, params, ctx, key_map, query_map);
 }
 
 }  // namespace dsa::detail::cuda::hopper
