@@ -391,42 +391,80 @@ TEST(GpuFp4Logits, HopperBackendRefusesFp4QueriesOverFp8Keys) {
       << status.to_string();
 }
 
-TEST(GpuFp4Prefill, MatchesTheFloat64Reference) {
+// mqa_logits over fp4 keys: fp4 queries on the generic kernels, fp8 queries
+// on the Hopper kernel too, whose tiles of keys with spread block scales
+// (every 7th key's, 2^20 apart) take the exact path.
+struct Fp4PrefillCase {
+  std::string name;
+  std::int64_t rows, heads, num_keys;
+  bool fp4_queries;
+  Backend backend;
+  bool wide_keys = false;
+};
+
+void PrintTo(const Fp4PrefillCase& c, std::ostream* os) { *os << c.name; }
+
+class GpuFp4Prefill : public ::testing::TestWithParam<Fp4PrefillCase> {};
+
+TEST_P(GpuFp4Prefill, MatchesTheFloat64Reference) {
   DSA_REQUIRE_GPU();
-  const std::int64_t rows = 7, heads = 8, num_keys = 300;
-  Rng rng(71);
+  const Fp4PrefillCase c = GetParam();
+  if (c.backend == Backend::cuda_hopper) DSA_REQUIRE_HOPPER();
+  const std::int64_t rows = c.rows, heads = c.heads, num_keys = c.num_keys;
+  Rng rng(71 + static_cast<std::uint64_t>(heads));
   std::vector<float> q(static_cast<std::size_t>(rows * heads * kD)), keys(static_cast<std::size_t>(num_keys * kD));
   for (std::int64_t v = 0; v < rows * heads; ++v) random_vector(rng, q.data() + v * kD, kD);
   for (std::int64_t j = 0; j < num_keys; ++j) random_vector(rng, keys.data() + j * kD, kD);
   std::vector<float> weights(static_cast<std::size_t>(rows * heads));
   for (float& w : weights) w = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
-  std::vector<std::uint8_t> q_codes(static_cast<std::size_t>(rows * heads * kD / 2));
+  // Queries: fp4 codes and scale words, or e4m3 codes; query_value(v, d) is the exact value.
+  const std::int64_t q_code_bytes = c.fp4_queries ? kD / 2 : kD;
+  std::vector<std::uint8_t> q_codes(static_cast<std::size_t>(rows * heads * q_code_bytes));
   std::vector<std::int32_t> q_sf(static_cast<std::size_t>(rows * heads));
   for (std::int64_t v = 0; v < rows * heads; ++v) {
-    q_sf[static_cast<std::size_t>(v)] = static_cast<std::int32_t>(fp4_quantize(q.data() + v * kD, kD, q_codes.data() + v * kD / 2));
+    if (c.fp4_queries) {
+      q_sf[static_cast<std::size_t>(v)] =
+          static_cast<std::int32_t>(fp4_quantize(q.data() + v * kD, kD, q_codes.data() + v * kD / 2));
+    } else {
+      for (int d = 0; d < kD; ++d) {
+        q_codes[static_cast<std::size_t>(v * kD + d)] = e4m3_encode(q[static_cast<std::size_t>(v * kD + d)]);
+      }
+    }
   }
+  const auto query_value = [&](std::int64_t v, int d) {
+    if (c.fp4_queries) {
+      return fp4_value(q_codes.data() + v * kD / 2, static_cast<std::uint32_t>(q_sf[static_cast<std::size_t>(v)]), d);
+    }
+    return static_cast<double>(e4m3_decode(q_codes[static_cast<std::size_t>(v * kD + d)]));
+  };
   std::vector<std::uint8_t> key_codes(static_cast<std::size_t>(num_keys * kD / 2));
   std::vector<std::int32_t> key_sf(static_cast<std::size_t>(num_keys));
   for (std::int64_t j = 0; j < num_keys; ++j) {
-    key_sf[static_cast<std::size_t>(j)] =
-        static_cast<std::int32_t>(fp4_quantize(keys.data() + j * kD, kD, key_codes.data() + j * kD / 2));
+    auto word = fp4_quantize(keys.data() + j * kD, kD, key_codes.data() + j * kD / 2);
+    if (c.wide_keys && j % 7 == 3) {
+      const int exponent = static_cast<int>(word & 0xFFu);
+      word = (word & 0xFF0000FFu) | static_cast<std::uint32_t>(std::clamp(exponent + 10, 1, 254)) << 8 |
+             static_cast<std::uint32_t>(std::clamp(exponent - 10, 1, 254)) << 16;
+    }
+    key_sf[static_cast<std::size_t>(j)] = static_cast<std::int32_t>(word);
   }
   std::vector<std::int32_t> ks(static_cast<std::size_t>(rows)), ke(static_cast<std::size_t>(rows));
   for (std::int64_t i = 0; i < rows; ++i) {
-    ks[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i * 20);
-    ke[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(std::min<std::int64_t>(num_keys, 150 + i * 30));
+    ks[static_cast<std::size_t>(i)] = static_cast<std::int32_t>((i * 37) % (num_keys / 2));
+    ke[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(std::min<std::int64_t>(num_keys, num_keys / 2 + i * 30));
   }
   const dsa::DeviceBuffer q_device = device_copy(q_codes), q_sf_device = device_copy(q_sf);
   const dsa::DeviceBuffer keys_device = device_copy(key_codes), key_sf_device = device_copy(key_sf);
   const dsa::DeviceBuffer weights_device = device_copy(weights), ks_device = device_copy(ks), ke_device = device_copy(ke);
   const dsa::DeviceBuffer logits = device_filled(static_cast<std::size_t>(rows * num_keys * 4), 0xFF);
-  GpuContext gpu(Backend::cuda_generic, 0);
+  GpuContext gpu(c.backend, 0);
   gpu.ctx.check_device_errors = true;
   dsa::MqaLogitsOptions options;
   options.clean_logits = true;
-  options.q_block_scales = device_view(q_sf_device, DType::int32, {rows, heads});
-  DSA_GPU_ASSERT_OK(dsa::mqa_logits(device_view(q_device, DType::uint8, {rows, heads, kD / 2}),
-                                    device_view(keys_device, DType::uint8, {num_keys, kD / 2}),
+  if (c.fp4_queries) options.q_block_scales = device_view(q_sf_device, DType::int32, {rows, heads});
+  const dsa::TensorView q_view = c.fp4_queries ? device_view(q_device, DType::uint8, {rows, heads, kD / 2})
+                                               : device_view(q_device, DType::float8_e4m3, {rows, heads, kD});
+  DSA_GPU_ASSERT_OK(dsa::mqa_logits(q_view, device_view(keys_device, DType::uint8, {num_keys, kD / 2}),
                                     device_view(key_sf_device, DType::int32, {num_keys}),
                                     device_view(weights_device, DType::float32, {rows, heads}),
                                     device_view(ks_device, DType::int32, {rows}),
@@ -445,19 +483,28 @@ TEST(GpuFp4Prefill, MatchesTheFloat64Reference) {
         const std::int64_t v = i * heads + h;
         double dot = 0.0, dot_magnitude = 0.0;
         for (int d = 0; d < kD; ++d) {
-          const double term =
-              fp4_value(q_codes.data() + v * kD / 2, static_cast<std::uint32_t>(q_sf[static_cast<std::size_t>(v)]), d) *
-              fp4_value(key_codes.data() + j * kD / 2, static_cast<std::uint32_t>(key_sf[static_cast<std::size_t>(j)]), d);
+          const double term = query_value(v, d) * fp4_value(key_codes.data() + j * kD / 2,
+                                                            static_cast<std::uint32_t>(key_sf[static_cast<std::size_t>(j)]), d);
           dot += term;
           dot_magnitude += std::fabs(term);
         }
         want += weights[static_cast<std::size_t>(v)] * std::fmax(dot, 0.0);
         magnitude += std::fabs(weights[static_cast<std::size_t>(v)]) * dot_magnitude;
       }
-      ASSERT_NEAR(value, want, logits_tolerance(Backend::cuda_generic) * magnitude + 1e-30) << "row " << i << " key " << j;
+      ASSERT_NEAR(value, want, logits_tolerance(c.backend) * magnitude + 1e-30) << "row " << i << " key " << j;
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, GpuFp4Prefill,
+    ::testing::Values(Fp4PrefillCase{"fp4_queries_h8_generic", 7, 8, 300, true, Backend::cuda_generic},
+                      Fp4PrefillCase{"fp8_queries_h64_hopper", 21, 64, 700, false, Backend::cuda_hopper},
+                      Fp4PrefillCase{"fp8_queries_h32_hopper", 37, 32, 450, false, Backend::cuda_hopper},
+                      Fp4PrefillCase{"fp8_queries_h64_wide_keys_hopper", 13, 64, 330, false, Backend::cuda_hopper,
+                                     true},
+                      Fp4PrefillCase{"fp8_queries_h64_automatic", 9, 64, 260, false, Backend::automatic}),
+    [](const ::testing::TestParamInfo<Fp4PrefillCase>& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace dsa_test::gpu

@@ -900,20 +900,23 @@ __device__ __forceinline__ void finish_pass(const LogitsKernelParams& p, const P
 
 // ---- fp4 keys -------------------------------------------------------------------
 
-// Turns a stage's fp4 keys (64 rows of packed codes at kStageCodesOffset, a
-// scale word per row in `scales`) into what the fp8 path reads: e5m2 rows in
-// the stage's key bytes, swizzled as a copied page, each block's codes times
-// 2^(its exponent - the row's largest), and the row's largest scale as its
-// float scale. Rows from `rows_scored` on are past every row's length: their
-// bytes are stale and their products unused. Blocks whose codes are all zero
-// add nothing at any scale and take no part in the exponents. Exact while a
-// row's other exponents span at most 15 and hold no ue8m0 0 or 255; a stage
-// with a scored row beyond that is left as it is and false returned
-// (score_stage_exactly then scores it). Every thread of the consumer
-// warpgroup calls it; `barrier` is the warpgroup's named barrier.
-__device__ __forceinline__ bool turn_fp4_stage(unsigned char* keys, float* scales, const StageInfo& stage,
-                                               int rows_scored, int thread, int barrier) {
-  const int row = thread / 2, half = thread % 2;
+// The stage row a consumer thread turns (two threads a row).
+__device__ __forceinline__ int turned_row(int thread) { return thread / 2; }
+
+// Turns a stage's fp4 keys (64 rows of packed codes at kStageCodesOffset)
+// into what the fp8 path reads: e5m2 rows in the stage's key bytes, swizzled
+// as a copied page, each block's codes times 2^(its exponent - the row's
+// largest), and the row's largest scale as its float scale in scales[row].
+// `word` is this thread's row's scale word (turned_row); a row not `scored`
+// (past every row's length, or of a refused page) has stale bytes and unused
+// products. Blocks whose codes are all zero take no part in the exponents. A
+// stage with a scored row e5m2 cannot hold (e5m2_holds_fp4_row) is left as
+// it is and false returned (score_fp4_stage_exactly then scores it). Every
+// thread of the consumer warpgroup calls it; `barrier` is the warpgroup's
+// named barrier.
+__device__ __forceinline__ bool turn_fp4_stage(unsigned char* keys, std::uint32_t word, bool scored, float* scales,
+                                               int thread, int barrier) {
+  const int row = turned_row(thread), half = thread % 2;
   const auto* codes = reinterpret_cast<const uint4*>(keys + kStageCodesOffset<true> + row * kKeyRowBytes<true> +
                                                      half * kKeyRowBytes<true> / 2);
   const uint4 first = codes[0], second = codes[1];  // blocks 2 * half and 2 * half + 1
@@ -921,12 +924,9 @@ __device__ __forceinline__ bool turn_fp4_stage(unsigned char* keys, float* scale
   unsigned used_blocks = (static_cast<unsigned>(nonzero(first)) | static_cast<unsigned>(nonzero(second)) << 1)
                          << (2 * half);
   used_blocks |= __shfl_xor_sync(0xffffffffu, used_blocks, 1);  // the row's other half
-  const std::uint32_t word = reinterpret_cast<const std::uint32_t*>(scales)[row];
   const Fp4RowExponents exponents = fp4_row_exponents(word, used_blocks);
   const int top = exponents.top;
-  const bool loaded = row < stage.loaded_rows && row < rows_scored &&
-                      !(row >= stage.refused_begin && row < stage.refused_end);
-  const bool inexact = loaded && !e5m2_holds_fp4_row(exponents, used_blocks);
+  const bool inexact = scored && !e5m2_holds_fp4_row(exponents, used_blocks);
   // Also orders every thread's reads of the codes before any row is written.
   if (ptx::named_barrier_or(barrier, kWarpgroupThreads, inexact)) return false;
   const uint4 halves[2] = {first, second};
@@ -934,39 +934,54 @@ __device__ __forceinline__ bool turn_fp4_stage(unsigned char* keys, float* scale
   for (int k = 0; k < 2; ++k) {
     const int block = 2 * half + k;
     const int shift = static_cast<int>((word >> (8 * block)) & 0xFFu) - top;
-    const E5m2Table table = e5m2_table(loaded && shift >= kE5m2ExactShiftMin ? shift : 0);
+    const E5m2Table table = e5m2_table(scored && shift >= kE5m2ExactShiftMin ? shift : 0);
     const std::uint32_t block_words[4] = {halves[k].x, halves[k].y, halves[k].z, halves[k].w};
     store_e5m2_block(keys + row * kHeadDim, row, block, block_words, table);
   }
-  if (half == 0) scales[row] = loaded ? __uint_as_float(static_cast<std::uint32_t>(top) << 23) : 0.0f;
+  if (half == 0) scales[row] = scored ? __uint_as_float(static_cast<std::uint32_t>(top) << 23) : 0.0f;
   ptx::fence_proxy_async_shared();  // the rows are the products' operands
   ptx::named_barrier_sync(barrier, kWarpgroupThreads);
   return true;
 }
 
-// Scores a stage of fp4 keys (as turn_fp4_stage left it untouched) value by
-// value, for the rare stages the e5m2 products cannot hold exactly: per block
-// of 32, the code products summed in float32 and scaled by the blocks'
-// scales, then the weighted ReLU sum over the heads. fp8 queries are read
-// from the query slot; fp4 queries (kFp4Queries, whose slot holds them
-// turned) from global memory, with their unfolded weights. A warp takes one
-// (draft row, token row) pair at a time, its lanes the heads; token rows from
-// `rows_scored` on are past every row's length.
-template <int kRows, int kHeads, bool kSelect, bool kFp4Queries>
-__device__ void score_stage_exactly(const LogitsKernelParams& p, const PageContext& page, const StageInfo& stage,
-                                    const std::uint32_t* scale_words, int rows_scored, int thread) {
+// One fp4 query head as the exact path reads it: its packed codes, block-scale
+// word and (unfolded) weight.
+struct Fp4QueryRef {
+  const unsigned char* codes;
+  std::uint32_t word;
+  float weight;
+};
+
+// Query head `head` of logits row `logits_row` of the paged kernels' fp4 queries.
+__device__ __forceinline__ Fp4QueryRef fp4_query_of(const LogitsKernelParams& p, std::int64_t logits_row, int head) {
+  const std::int64_t request = logits_row / p.next_n, draft = logits_row % p.next_n;
+  return {p.q_codes + request * p.q_stride_b + draft * p.q_stride_n + head * p.q_stride_h,
+          __ldg(p.q_scales + request * p.q_scales_stride_b + draft * p.q_scales_stride_n + head * p.q_scales_stride_h),
+          __ldg(p.weights + logits_row * p.weights_stride_row + head)};
+}
+
+// Scores a stage of fp4 keys (as turn_fp4_stage left it untouched, a scale
+// word per row in `scale_words`) value by value, for the rare stages the
+// e5m2 products cannot hold exactly: per block of 32, the code products
+// summed in float32 and scaled by the blocks' scales, then the weighted ReLU
+// sum over the heads. fp8 queries and their weights are read from the page
+// context; fp4 queries (kFp4Queries, whose slot holds them turned) through
+// fp4_query(j, head), an Fp4QueryRef, for the draft rows with a length. A warp
+// takes one (draft row, token row) pair at a time, its lanes the heads; token
+// rows from `rows` on score 0. emit(j, row, logit) stores, from lane 0.
+template <int kRows, int kHeads, bool kFp4Queries, typename Fp4Query, typename Emit>
+__device__ void score_fp4_stage_exactly(const PageContext& page, const std::uint32_t* scale_words, int rows,
+                                        int thread, Fp4Query&& fp4_query, Emit&& emit) {
   static_assert(kHeads % 32 == 0, "lanes take the heads");
   constexpr int kHeadsPerLane = kHeads / 32;
   constexpr int kWarps = kWarpgroupThreads / 32;
   const int warp = thread / 32, lane = thread % 32;
-  const int rows = min(stage.loaded_rows, rows_scored);
   for (int pair = warp; pair < kRows * kStageTokens; pair += kWarps) {
     const int j = pair / kStageTokens, row = pair % kStageTokens;
     float logit = 0.0f;
     // fp4 queries are read for the unit's own rows only.
     if (row < rows && (!kFp4Queries || page.lengths[j] >= 0)) {
       const unsigned char* codes = page.keys + kStageCodesOffset<true> + row * kKeyRowBytes<true>;
-      const std::int64_t logits_row = page.first_row + j;
       const unsigned char* query_codes[kHeadsPerLane];
       std::uint32_t query_words[kHeadsPerLane];
       float weights[kHeadsPerLane];
@@ -974,11 +989,10 @@ __device__ void score_stage_exactly(const LogitsKernelParams& p, const PageConte
       for (int i = 0; i < kHeadsPerLane; ++i) {
         const int head = lane + 32 * i;
         if constexpr (kFp4Queries) {
-          const std::int64_t request = logits_row / p.next_n, draft = logits_row % p.next_n;
-          query_codes[i] = p.q_codes + request * p.q_stride_b + draft * p.q_stride_n + head * p.q_stride_h;
-          query_words[i] = __ldg(p.q_scales + request * p.q_scales_stride_b + draft * p.q_scales_stride_n +
-                                 head * p.q_scales_stride_h);
-          weights[i] = __ldg(p.weights + logits_row * p.weights_stride_row + head);
+          const Fp4QueryRef query = fp4_query(j, head);
+          query_codes[i] = query.codes;
+          query_words[i] = query.word;
+          weights[i] = query.weight;
         } else {
           query_codes[i] = page.queries + (j * kHeads + head) * kHeadDim;
           query_words[i] = 0;
@@ -1023,7 +1037,7 @@ __device__ void score_stage_exactly(const LogitsKernelParams& p, const PageConte
 #pragma unroll
       for (int offset = 16; offset > 0; offset /= 2) logit += __shfl_xor_sync(0xffffffffu, logit, offset);
     }
-    if (lane == 0) store_stage_logit<kSelect>(p, page, j, row, logit);
+    if (lane == 0) emit(j, row, logit);
   }
 }
 
@@ -1097,9 +1111,13 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
 #pragma unroll
         for (int j = 0; j < kRows; ++j) longest = max(longest, query.lengths[j]);
         rows_scored = min(max(longest - stage.first_position, 0), kStageTokens);
+        const int row = turned_row(thread);
+        const std::uint32_t word = reinterpret_cast<const std::uint32_t*>(scales)[row];
+        const bool scored = row < stage.loaded_rows && row < rows_scored &&
+                            !(row >= stage.refused_begin && row < stage.refused_end);
         // A load of queries the products cannot hold exactly leaves every stage untouched.
         turned = !(kFp4Queries && query.exact_only) &&
-                 turn_fp4_stage(Layout::page_keys(smem, slot), scales, stage, rows_scored, thread, 1 + consumer);
+                 turn_fp4_stage(Layout::page_keys(smem, slot), word, scored, scales, thread, 1 + consumer);
       }
       PageContext page;
       page.keys = Layout::page_keys(smem, slot);
@@ -1125,8 +1143,10 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
               finish_pass<kHeads, decltype(first_row)::value, decltype(rows)::value, kSelect>(p, page, acc);
             });
       } else if constexpr (kFp4Keys) {
-        score_stage_exactly<kRows, kHeads, kSelect, kFp4Queries>(
-            p, page, stage, reinterpret_cast<const std::uint32_t*>(scales), rows_scored, thread);
+        score_fp4_stage_exactly<kRows, kHeads, kFp4Queries>(
+            page, reinterpret_cast<const std::uint32_t*>(scales), min(stage.loaded_rows, rows_scored), thread,
+            [&](int j, int head) { return fp4_query_of(p, page.first_row + j, head); },
+            [&](int j, int row, float logit) { store_stage_logit<kSelect>(p, page, j, row, logit); });
         release_page();
       }
     } else if constexpr (kSelect) {

@@ -18,11 +18,14 @@ namespace {
 
 constexpr const char* kOp = "mqa_logits";
 
-// Keys as [S_kv][128 bytes], a box of 64 of them (one stage).
+// Keys as [S_kv][128 bytes], a box of 64 of them (one stage); fp4 keys as
+// [S_kv][64 bytes] of packed codes, landing as they are for the consumers to turn.
 Status encode_key_map(const MqaLogitsProblem& p, CUtensorMap* map) {
-  const std::uint64_t dims[2] = {kHeadDim, static_cast<std::uint64_t>(p.num_keys)};
+  const std::uint32_t row_bytes = p.fp4_keys() ? kKeyRowBytes<true> : kKeyRowBytes<false>;
+  const std::uint64_t dims[2] = {row_bytes, static_cast<std::uint64_t>(p.num_keys)};
   const std::uint64_t strides[1] = {static_cast<std::uint64_t>(p.keys_stride)};
-  const std::uint32_t box[2] = {kHeadDim, kStageTokens};
+  const std::uint32_t box[2] = {row_bytes, kStageTokens};
+  if (p.fp4_keys()) return encode_plain_map(kOp, "key", p.keys, 2, dims, strides, box, map);
   return encode_swizzled_map(kOp, "key", p.keys, 2, dims, strides, box, map);
 }
 
@@ -37,7 +40,7 @@ Status encode_query_map(const MqaLogitsProblem& p, int rows, CUtensorMap* map) {
   return encode_swizzled_map(kOp, "query", p.q, 3, dims, strides, box, map);
 }
 
-template <int kHeads>
+template <int kHeads, bool kFp4Keys>
 Status launch(const MqaLogitsProblem& p, const ExecContext& ctx) {
   using Layout = PrefillLayout<kHeads>;
   CUtensorMap key_map{};
@@ -55,7 +58,7 @@ Status launch(const MqaLogitsProblem& p, const ExecContext& ctx) {
                                         std::to_string(row_tiles) + " row tiles x " + std::to_string(chunks) +
                                         " key chunks); split the rows (plan_mqa_logits_chunks)"};
   }
-  auto* kernel = &mqa_logits_sm90_kernel<kHeads>;
+  auto* kernel = &mqa_logits_sm90_kernel<kHeads, kFp4Keys>;
   DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout::launch_bytes));
   return launch_kernel("mqa_logits_sm90_kernel", kernel,
                        {static_cast<unsigned>(blocks), Layout::kThreads, Layout::launch_bytes}, ctx, p, chunks,
@@ -67,13 +70,14 @@ bool aligned16(const void* pointer) { return reinterpret_cast<std::uintptr_t>(po
 }  // namespace
 
 bool supports_mqa_logits(const MqaLogitsProblem& p) {
-  return !p.fp4_queries() && !p.fp4_keys() && (p.heads == 32 || p.heads == 64) && p.head_dim == kHeadDim &&
-         p.num_keys > 0 && aligned16(p.q) && aligned16(p.keys);
+  return !p.fp4_queries() && (p.heads == 32 || p.heads == 64) && p.head_dim == kHeadDim && p.num_keys > 0 &&
+         aligned16(p.q) && aligned16(p.keys);
 }
 
 Status mqa_logits(const MqaLogitsProblem& p, const ExecContext& ctx) {
   if (p.rows == 0) return Status::success();
-  return p.heads == 32 ? launch<32>(p, ctx) : launch<64>(p, ctx);
+  if (p.fp4_keys()) return p.heads == 32 ? launch<32, true>(p, ctx) : launch<64, true>(p, ctx);
+  return p.heads == 32 ? launch<32, false>(p, ctx) : launch<64, false>(p, ctx);
 }
 
 }  // namespace dsa::detail::cuda::hopper

@@ -2,6 +2,11 @@
 // (logits_sm90_kernel.cuh) over a tile of query rows instead of a request's
 // draft rows, and a contiguous run of keys instead of cache pages.
 //
+// Keys are fp8 (a tile is 64 rows of 128 bytes) or, with kFp4Keys, fp4: the
+// producer copies a tile's packed codes into the upper half of its stage and
+// each consumer turns them into e5m2 rows (turn_fp4_stage) with the keys'
+// scale words, as the paged kernels do.
+//
 // A CTA scores kPrefillRows(H) consecutive rows (512 query columns: 8 rows of
 // 64 heads, 16 of 32) against the keys of one chunk of kPrefillChunkKeys
 // positions: the 64-key tiles between the lowest start and the highest end
@@ -52,7 +57,9 @@ struct PrefillLayout {
   static constexpr int queries = 0;
   static constexpr int keys = queries + kQueryBytes;  // 1024-byte aligned: a swizzle atom
   static constexpr int weights = keys + kPrefillStages * kStageKeyBytes;
-  static constexpr int rows = weights + kRows * kHeads * 4;
+  // fp4 keys: each stage's scale words, then the float scales of its turned rows.
+  static constexpr int stage_scales = weights + kRows * kHeads * 4;
+  static constexpr int rows = stage_scales + kPrefillStages * kStageScaleBytes;
   static constexpr int barriers = rows + kRows * static_cast<int>(sizeof(PrefillRow));
   // stage full, stage empty, then the queries' barrier
   static constexpr int bytes = barriers + (2 * kPrefillStages + 1) * 8;
@@ -94,7 +101,7 @@ __device__ __forceinline__ TileSpan prefill_tiles(const PrefillRow* rows, std::i
   return {low / kStageTokens, (high + kStageTokens - 1) / kStageTokens};
 }
 
-template <int kHeads>
+template <int kHeads, bool kFp4Keys>
 __global__ void __launch_bounds__(PrefillLayout<kHeads>::kThreads, 1)
     mqa_logits_sm90_kernel(const MqaLogitsProblem p, std::int64_t chunks, DeviceErrorRecord* error,
                            const __grid_constant__ CUtensorMap key_map,
@@ -153,8 +160,8 @@ __global__ void __launch_bounds__(PrefillLayout<kHeads>::kThreads, 1)
           const int k = static_cast<int>(t - tiles.first);
           const int slot = k % kPrefillStages;
           ptx::mbarrier_wait(&stage_empty[slot], ((k / kPrefillStages) & 1) ^ 1);
-          ptx::mbarrier_arrive_expect_tx(&stage_full[slot], kStageKeyBytes);
-          ptx::tensor_copy_2d(smem + Layout::keys + slot * kStageKeyBytes, &key_map, 0,
+          ptx::mbarrier_arrive_expect_tx(&stage_full[slot], kStageTokens * kKeyRowBytes<kFp4Keys>);
+          ptx::tensor_copy_2d(smem + Layout::keys + slot * kStageKeyBytes + kStageCodesOffset<kFp4Keys>, &key_map, 0,
                               static_cast<int>(t * kStageTokens), &stage_full[slot]);
         }
       }
@@ -197,34 +204,61 @@ __global__ void __launch_bounds__(PrefillLayout<kHeads>::kThreads, 1)
     for (std::int64_t t = tiles.first + consumer; t < tiles.end; t += kPrefillConsumers) {
       const int k = static_cast<int>(t - tiles.first);
       const int slot = k % kPrefillStages;
-      // This thread's two key rows' scales travel while the tile lands.
+      // This thread's two key rows' scales (fp4: its turned row's scale word)
+      // travel while the tile lands.
       const std::int64_t first_key = t * kStageTokens;
       const std::int64_t upper_key = first_key + 16 * warp + lane / 4;
-      const float scale_upper = upper_key < p.num_keys ? __ldg(p.key_scales + upper_key * p.key_scales_stride) : 0.0f;
-      const float scale_lower =
-          upper_key + 8 < p.num_keys ? __ldg(p.key_scales + (upper_key + 8) * p.key_scales_stride) : 0.0f;
+      const std::int64_t turned_key = first_key + turned_row(consumer_thread);
+      float scale_upper = 0.0f, scale_lower = 0.0f;
+      std::uint32_t word = 0;
+      if constexpr (kFp4Keys) {
+        word = turned_key < p.num_keys ? __ldg(p.key_scale_words + turned_key * p.key_scales_stride) : 0u;
+      } else {
+        scale_upper = upper_key < p.num_keys ? __ldg(p.key_scales + upper_key * p.key_scales_stride) : 0.0f;
+        scale_lower = upper_key + 8 < p.num_keys ? __ldg(p.key_scales + (upper_key + 8) * p.key_scales_stride) : 0.0f;
+      }
       ptx::mbarrier_wait(&stage_full[slot], (k / kPrefillStages) & 1);
       PageContext page{};
       page.keys = smem + Layout::keys + slot * kStageKeyBytes;
       page.queries = smem + Layout::queries;
       page.weights = weights;
-      page.scale_upper = scale_upper;
-      page.scale_lower = scale_lower;
       page.warp = warp;
       page.lane = lane;
-      score_passes<kRows, kHeads, kScoringPassColumns, 0>(
-          page, [&] { ptx::mbarrier_arrive(&stage_empty[slot]); },
-          [&](auto first_row, auto pass_rows, const auto& acc) {
-            pass_logits<kHeads, decltype(first_row)::value, decltype(pass_rows)::value>(
-                page, acc, [&](int j, int stage_row, float value) {
-                  const PrefillRow info = rows[j];
-                  const std::int64_t key = first_key + stage_row;
-                  // A refused row's range [-1, 0) and a missing row's [-1, -1) hold no key.
-                  if (key >= info.start && key < info.end) {
-                    store_mqa_logit(p, block.first_row + j, p.compressed ? key - info.start : key, value);
-                  }
-                });
-          });
+      bool turned = true;
+      float* scales = reinterpret_cast<float*>(smem + Layout::stage_scales + slot * kStageScaleBytes);
+      if constexpr (kFp4Keys) {
+        // The words stay for the exact path when the tile is not turned.
+        if (consumer_thread % 2 == 0) reinterpret_cast<std::uint32_t*>(scales)[turned_row(consumer_thread)] = word;
+        turned = turn_fp4_stage(smem + Layout::keys + slot * kStageKeyBytes, word, turned_key < p.num_keys, scales,
+                                consumer_thread, 1 + consumer);
+        scale_upper = scales[16 * warp + lane / 4];
+        scale_lower = scales[16 * warp + lane / 4 + 8];
+      }
+      page.scale_upper = scale_upper;
+      page.scale_lower = scale_lower;
+      const auto store = [&](int j, int stage_row, float value) {
+        const PrefillRow info = rows[j];
+        const std::int64_t key = first_key + stage_row;
+        // A refused row's range [-1, 0) and a missing row's [-1, -1) hold no key.
+        if (key >= info.start && key < info.end) {
+          store_mqa_logit(p, block.first_row + j, p.compressed ? key - info.start : key, value);
+        }
+      };
+      const auto release = [&] { ptx::mbarrier_arrive(&stage_empty[slot]); };
+      constexpr ptx::Fp8Type kKeys = kFp4Keys ? ptx::Fp8Type::e5m2 : ptx::Fp8Type::e4m3;
+      if (turned) {
+        score_passes<kRows, kHeads, kScoringPassColumns, 0, kKeys>(
+            page, release, [&](auto first_row, auto pass_rows, const auto& acc) {
+              pass_logits<kHeads, decltype(first_row)::value, decltype(pass_rows)::value>(page, acc, store);
+            });
+      } else if constexpr (kFp4Keys) {
+        const std::int64_t keys_left = p.num_keys - first_key;
+        score_fp4_stage_exactly<kRows, kHeads, false>(
+            page, reinterpret_cast<const std::uint32_t*>(scales),
+            static_cast<int>(keys_left < kStageTokens ? keys_left : kStageTokens), consumer_thread,
+            [](int, int) { return Fp4QueryRef{}; }, store);
+        release();
+      }
     }
   }
 #else
