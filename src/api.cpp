@@ -376,8 +376,8 @@ Status mqa_logits(const TensorView& q, const TensorView& keys, const TensorView&
   if (ctx.backend == Backend::cuda_hopper && !hopper) {
     return {ErrorCode::unsupported,
             std::string(op) + ": ctx.backend: cuda_hopper needs an sm_90 device, a build with sm_90a, fp8 q with "
-            "fp8 or fp4 keys, H in {32, 64}, D == 128, at least one key and q and keys starting on 16-byte "
-            "boundaries; got H = " +
+            "fp8 or fp4 keys or fp4 q with fp4 keys, H in {32, 64}, D == 128, at least one key and q and keys "
+            "starting on 16-byte boundaries; got H = " +
                 std::to_string(p.heads) + ", D = " + std::to_string(p.head_dim) + ", S_kv = " +
                 std::to_string(p.num_keys)};
   }

@@ -391,15 +391,16 @@ TEST(GpuFp4Logits, HopperBackendRefusesFp4QueriesOverFp8Keys) {
       << status.to_string();
 }
 
-// mqa_logits over fp4 keys: fp4 queries on the generic kernels, fp8 queries
-// on the Hopper kernel too, whose tiles of keys with spread block scales
-// (every 7th key's, 2^20 apart) take the exact path.
+// mqa_logits over fp4 keys, fp8 or fp4 queries, on the generic and the Hopper
+// kernels; tiles of keys with spread block scales (every 7th key's, 2^20
+// apart) take the Hopper kernel's exact path.
 struct Fp4PrefillCase {
   std::string name;
   std::int64_t rows, heads, num_keys;
   bool fp4_queries;
   Backend backend;
   bool wide_keys = false;
+  bool wide_query_heads = false;  // every 5th head's block scales 2^20 apart: the whole CTA exact
 };
 
 void PrintTo(const Fp4PrefillCase& c, std::ostream* os) { *os << c.name; }
@@ -423,8 +424,13 @@ TEST_P(GpuFp4Prefill, MatchesTheFloat64Reference) {
   std::vector<std::int32_t> q_sf(static_cast<std::size_t>(rows * heads));
   for (std::int64_t v = 0; v < rows * heads; ++v) {
     if (c.fp4_queries) {
-      q_sf[static_cast<std::size_t>(v)] =
-          static_cast<std::int32_t>(fp4_quantize(q.data() + v * kD, kD, q_codes.data() + v * kD / 2));
+      auto word = fp4_quantize(q.data() + v * kD, kD, q_codes.data() + v * kD / 2);
+      if (c.wide_query_heads && v % 5 == 2) {
+        const int exponent = static_cast<int>(word & 0xFFu);
+        word = (word & 0xFF0000FFu) | static_cast<std::uint32_t>(std::clamp(exponent + 10, 1, 254)) << 8 |
+               static_cast<std::uint32_t>(std::clamp(exponent - 10, 1, 254)) << 16;
+      }
+      q_sf[static_cast<std::size_t>(v)] = static_cast<std::int32_t>(word);
     } else {
       for (int d = 0; d < kD; ++d) {
         q_codes[static_cast<std::size_t>(v * kD + d)] = e4m3_encode(q[static_cast<std::size_t>(v * kD + d)]);
@@ -503,7 +509,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Fp4PrefillCase{"fp8_queries_h32_hopper", 37, 32, 450, false, Backend::cuda_hopper},
                       Fp4PrefillCase{"fp8_queries_h64_wide_keys_hopper", 13, 64, 330, false, Backend::cuda_hopper,
                                      true},
-                      Fp4PrefillCase{"fp8_queries_h64_automatic", 9, 64, 260, false, Backend::automatic}),
+                      Fp4PrefillCase{"fp8_queries_h64_automatic", 9, 64, 260, false, Backend::automatic},
+                      Fp4PrefillCase{"fp4_queries_h64_hopper", 19, 64, 520, true, Backend::cuda_hopper},
+                      Fp4PrefillCase{"fp4_queries_h32_wide_keys_hopper", 33, 32, 390, true, Backend::cuda_hopper,
+                                     true},
+                      Fp4PrefillCase{"fp4_queries_h64_wide_query_heads_hopper", 11, 64, 300, true,
+                                     Backend::cuda_hopper, false, true}),
     [](const ::testing::TestParamInfo<Fp4PrefillCase>& info) { return info.param.name; });
 
 }  // namespace

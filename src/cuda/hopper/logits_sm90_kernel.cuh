@@ -378,22 +378,28 @@ __device__ __forceinline__ void store_e5m2_block(unsigned char* row_bytes, int r
 
 // ---- fp4 queries ---------------------------------------------------------------
 
-// Producer 0 turns a unit's fp4 queries, copied packed into the upper half of
-// the query slot, into the e5m2 rows the products read, swizzled as a copied
-// slot: each block's codes times 2^(its exponent - the head's largest), the
-// head's largest scale folded into its weight (a positive factor passes
-// through the ReLU), which goes to `weights` (the slot's query info). Rows go
-// 32 at a time, every lane reading its whole row before any lane writes: row
+// What turning reads of one query head besides its codes: whether its row is
+// one of the tile's, its block-scale word and its weight.
+struct Fp4QueryInput {
+  bool in_tile;
+  std::uint32_t word;
+  float weight;
+};
+
+// A producer warp turns a tile of fp4 queries (kRows rows of kHeads heads),
+// copied packed into the upper half of `slot`, into the e5m2 rows the
+// products read, swizzled as a copied slot: each block's codes times
+// 2^(its exponent - the head's largest), the head's largest scale folded into
+// its weight (a positive factor passes through the ReLU), which goes to
+// weights[j * kHeads + head]. input(j, head) is an Fp4QueryInput. Rows go 32
+// at a time, every lane reading its whole row before any lane writes: row
 // r's e5m2 bytes cover the packed rows 2r - R and 2r - R + 1 (R rows in all),
-// which an earlier batch or this one has read.
-// Blocks of zero codes and rows past the unit's take no part. Returns whether
-// a head cannot be held exactly (its blocks' exponents span more than 15 or
-// hold ue8m0 0 or 255, or its folded weight leaves the normal floats); the
-// consumers then score every stage of the load value by value.
-template <int kRows, int kHeads, bool kUneven>
-__device__ __forceinline__ bool turn_fp4_queries(const LogitsKernelParams& p, unsigned char* slot,
-                                                 const UnitRows& rows, const QueryCoordinates& at, float* weights,
-                                                 int lane) {
+// which an earlier batch or this one has read. Blocks of zero codes and rows
+// not in the tile take no part. Returns whether a head cannot be held exactly
+// (e5m2_holds_fp4_row, or its folded weight leaves the normal floats); the
+// consumers then score every stage against it value by value.
+template <int kRows, int kHeads, typename Input>
+__device__ __forceinline__ bool turn_fp4_queries(unsigned char* slot, Input&& input, float* weights, int lane) {
   constexpr int kSlotRows = kRows * kHeads;
   static_assert(kSlotRows % 32 == 0, "a lane per row of each batch");
   constexpr int kCodeBytes = kHeadDim / 2;
@@ -409,21 +415,15 @@ __device__ __forceinline__ bool turn_fp4_queries(const LogitsKernelParams& p, un
     uint4 blocks[kBlocks];
 #pragma unroll
     for (int b = 0; b < kBlocks; ++b) blocks[b] = source[b];
-    std::uint32_t word = 0;
-    float weight = 0.0f;
-    if (j < rows.count) {  // the unit's rows: drafts at.c2 + j of request at.c3, or rows at.c2 + j
-      const int head = row % kHeads;
-      const std::int64_t scales_row = kUneven ? (at.c2 + j) * p.q_scales_stride_b
-                                              : at.c3 * p.q_scales_stride_b + (at.c2 + j) * p.q_scales_stride_n;
-      word = __ldg(p.q_scales + scales_row + head * p.q_scales_stride_h);
-      weight = __ldg(p.weights + (rows.first_row + j) * p.weights_stride_row + head);
-    }
+    const Fp4QueryInput in = input(j, row % kHeads);
+    const std::uint32_t word = in.in_tile ? in.word : 0u;
+    const float weight = in.in_tile ? in.weight : 0.0f;
     __syncwarp();  // the batch's rows are read before any is written
     unsigned used = 0;
 #pragma unroll
     for (int b = 0; b < kBlocks; ++b) {
       const bool nonzero = (blocks[b].x | blocks[b].y | blocks[b].z | blocks[b].w) != 0u;
-      used |= static_cast<unsigned>(j < rows.count && nonzero) << b;
+      used |= static_cast<unsigned>(in.in_tile && nonzero) << b;
     }
     const Fp4RowExponents exponents = fp4_row_exponents(word, used);
     const int top = exponents.top;
@@ -569,9 +569,16 @@ __device__ __forceinline__ void produce(const LogitsKernelParams& p, const CUten
     const std::int64_t first_row = rows.first_row;
     if constexpr (kFp4Queries) {
       ptx::mbarrier_wait(&query_staged[slot], (generation >> 1) & 1);
+      // The unit's rows: drafts at.c2 + j of request at.c3, or rows at.c2 + j.
+      const auto input = [&](int j, int head) {
+        if (j >= rows.count) return Fp4QueryInput{false, 0u, 0.0f};
+        const std::int64_t scales_row = kUneven ? (at.c2 + j) * p.q_scales_stride_b
+                                                : at.c3 * p.q_scales_stride_b + (at.c2 + j) * p.q_scales_stride_n;
+        return Fp4QueryInput{true, __ldg(p.q_scales + scales_row + head * p.q_scales_stride_h),
+                             __ldg(p.weights + (rows.first_row + j) * p.weights_stride_row + head)};
+      };
       const bool exact_only =
-          turn_fp4_queries<kRows, kHeads, kUneven>(p, Layout::query_slot(smem, slot), rows, at, info[slot].weights,
-                                                   lane);
+          turn_fp4_queries<kRows, kHeads>(Layout::query_slot(smem, slot), input, info[slot].weights, lane);
       if (lane == 0) info[slot].exact_only = exact_only;
     } else {
       float weights[kWeightsPerLane];
@@ -966,12 +973,12 @@ __device__ __forceinline__ Fp4QueryRef fp4_query_of(const LogitsKernelParams& p,
 // summed in float32 and scaled by the blocks' scales, then the weighted ReLU
 // sum over the heads. fp8 queries and their weights are read from the page
 // context; fp4 queries (kFp4Queries, whose slot holds them turned) through
-// fp4_query(j, head), an Fp4QueryRef, for the draft rows with a length. A warp
+// fp4_query(j, head), an Fp4QueryRef, for the rows j with row_in_tile(j). A warp
 // takes one (draft row, token row) pair at a time, its lanes the heads; token
 // rows from `rows` on score 0. emit(j, row, logit) stores, from lane 0.
-template <int kRows, int kHeads, bool kFp4Queries, typename Fp4Query, typename Emit>
+template <int kRows, int kHeads, bool kFp4Queries, typename RowInTile, typename Fp4Query, typename Emit>
 __device__ void score_fp4_stage_exactly(const PageContext& page, const std::uint32_t* scale_words, int rows,
-                                        int thread, Fp4Query&& fp4_query, Emit&& emit) {
+                                        int thread, RowInTile&& row_in_tile, Fp4Query&& fp4_query, Emit&& emit) {
   static_assert(kHeads % 32 == 0, "lanes take the heads");
   constexpr int kHeadsPerLane = kHeads / 32;
   constexpr int kWarps = kWarpgroupThreads / 32;
@@ -979,8 +986,8 @@ __device__ void score_fp4_stage_exactly(const PageContext& page, const std::uint
   for (int pair = warp; pair < kRows * kStageTokens; pair += kWarps) {
     const int j = pair / kStageTokens, row = pair % kStageTokens;
     float logit = 0.0f;
-    // fp4 queries are read for the unit's own rows only.
-    if (row < rows && (!kFp4Queries || page.lengths[j] >= 0)) {
+    // fp4 queries are read for the tile's own rows only.
+    if (row < rows && (!kFp4Queries || row_in_tile(j))) {
       const unsigned char* codes = page.keys + kStageCodesOffset<true> + row * kKeyRowBytes<true>;
       const unsigned char* query_codes[kHeadsPerLane];
       std::uint32_t query_words[kHeadsPerLane];
@@ -1145,6 +1152,7 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
       } else if constexpr (kFp4Keys) {
         score_fp4_stage_exactly<kRows, kHeads, kFp4Queries>(
             page, reinterpret_cast<const std::uint32_t*>(scales), min(stage.loaded_rows, rows_scored), thread,
+            [&](int j) { return page.lengths[j] >= 0; },
             [&](int j, int head) { return fp4_query_of(p, page.first_row + j, head); },
             [&](int j, int row, float logit) { store_stage_logit<kSelect>(p, page, j, row, logit); });
         release_page();

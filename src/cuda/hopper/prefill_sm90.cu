@@ -30,17 +30,20 @@ Status encode_key_map(const MqaLogitsProblem& p, CUtensorMap* map) {
 }
 
 // Queries as [S][H][128 bytes], a box of `rows` rows (a CTA's tile; rows
-// past S read as zero).
+// past S read as zero); fp4 queries as [S][H][64 bytes] of packed codes,
+// landing as they are for the producer to turn.
 Status encode_query_map(const MqaLogitsProblem& p, int rows, CUtensorMap* map) {
   // A dimension of extent 1 may carry any stride: give it the packed one.
   const std::int64_t stride_row = p.rows > 1 ? p.q_stride_row : p.heads * p.q_stride_h;
-  const std::uint64_t dims[3] = {kHeadDim, static_cast<std::uint64_t>(p.heads), static_cast<std::uint64_t>(p.rows)};
+  const std::uint32_t row_bytes = p.fp4_queries() ? kHeadDim / 2 : kHeadDim;
+  const std::uint64_t dims[3] = {row_bytes, static_cast<std::uint64_t>(p.heads), static_cast<std::uint64_t>(p.rows)};
   const std::uint64_t strides[2] = {static_cast<std::uint64_t>(p.q_stride_h), static_cast<std::uint64_t>(stride_row)};
-  const std::uint32_t box[3] = {kHeadDim, static_cast<std::uint32_t>(p.heads), static_cast<std::uint32_t>(rows)};
+  const std::uint32_t box[3] = {row_bytes, static_cast<std::uint32_t>(p.heads), static_cast<std::uint32_t>(rows)};
+  if (p.fp4_queries()) return encode_plain_map(kOp, "query", p.q, 3, dims, strides, box, map);
   return encode_swizzled_map(kOp, "query", p.q, 3, dims, strides, box, map);
 }
 
-template <int kHeads, bool kFp4Keys>
+template <int kHeads, bool kFp4Keys, bool kFp4Queries>
 Status launch(const MqaLogitsProblem& p, const ExecContext& ctx) {
   using Layout = PrefillLayout<kHeads>;
   CUtensorMap key_map{};
@@ -58,7 +61,7 @@ Status launch(const MqaLogitsProblem& p, const ExecContext& ctx) {
                                         std::to_string(row_tiles) + " row tiles x " + std::to_string(chunks) +
                                         " key chunks); split the rows (plan_mqa_logits_chunks)"};
   }
-  auto* kernel = &mqa_logits_sm90_kernel<kHeads, kFp4Keys>;
+  auto* kernel = &mqa_logits_sm90_kernel<kHeads, kFp4Keys, kFp4Queries>;
   DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout::launch_bytes));
   return launch_kernel("mqa_logits_sm90_kernel", kernel,
                        {static_cast<unsigned>(blocks), Layout::kThreads, Layout::launch_bytes}, ctx, p, chunks,
@@ -70,14 +73,21 @@ bool aligned16(const void* pointer) { return reinterpret_cast<std::uintptr_t>(po
 }  // namespace
 
 bool supports_mqa_logits(const MqaLogitsProblem& p) {
-  return !p.fp4_queries() && (p.heads == 32 || p.heads == 64) && p.head_dim == kHeadDim && p.num_keys > 0 &&
-         aligned16(p.q) && aligned16(p.keys);
+  return (!p.fp4_queries() || p.fp4_keys()) && (p.heads == 32 || p.heads == 64) && p.head_dim == kHeadDim &&
+         p.num_keys > 0 && aligned16(p.q) && aligned16(p.keys);
+}
+
+// The instance of p's heads and formats (fp4 queries come with fp4 keys).
+template <int kHeads>
+Status launch_formats(const MqaLogitsProblem& p, const ExecContext& ctx) {
+  if (!p.fp4_keys()) return launch<kHeads, false, false>(p, ctx);
+  if (p.fp4_queries()) return launch<kHeads, true, true>(p, ctx);
+  return launch<kHeads, true, false>(p, ctx);
 }
 
 Status mqa_logits(const MqaLogitsProblem& p, const ExecContext& ctx) {
   if (p.rows == 0) return Status::success();
-  if (p.fp4_keys()) return p.heads == 32 ? launch<32, true>(p, ctx) : launch<64, true>(p, ctx);
-  return p.heads == 32 ? launch<32, false>(p, ctx) : launch<64, false>(p, ctx);
+  return p.heads == 32 ? launch_formats<32>(p, ctx) : launch_formats<64>(p, ctx);
 }
 
 }  // namespace dsa::detail::cuda::hopper

@@ -8,9 +8,9 @@
 
 namespace dsa::detail::cuda::hopper {
 
-// True when the kernel serves p: fp8 queries with fp8 or fp4 keys, H in
-// {32, 64}, D == 128, at least one key, the queries' and keys' starts on
-// 16-byte boundaries.
+// True when the kernel serves p: fp8 queries with fp8 or fp4 keys, or fp4
+// queries with fp4 keys, H in {32, 64}, D == 128, at least one key, the
+// queries' and keys' starts on 16-byte boundaries.
 bool supports_mqa_logits(const MqaLogitsProblem& p);
 
 // Enqueues p on ctx.stream; the caller checked supports_mqa_logits and has

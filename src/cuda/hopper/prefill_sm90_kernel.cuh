@@ -5,7 +5,8 @@
 // Keys are fp8 (a tile is 64 rows of 128 bytes) or, with kFp4Keys, fp4: the
 // producer copies a tile's packed codes into the upper half of its stage and
 // each consumer turns them into e5m2 rows (turn_fp4_stage) with the keys'
-// scale words, as the paged kernels do.
+// scale words, as the paged kernels do. With kFp4Queries (fp4 keys only) the
+// producer warp turns the CTA's fp4 queries once (turn_fp4_queries).
 //
 // A CTA scores kPrefillRows(H) consecutive rows (512 query columns: 8 rows of
 // 64 heads, 16 of 32) against the keys of one chunk of kPrefillChunkKeys
@@ -61,8 +62,9 @@ struct PrefillLayout {
   static constexpr int stage_scales = weights + kRows * kHeads * 4;
   static constexpr int rows = stage_scales + kPrefillStages * kStageScaleBytes;
   static constexpr int barriers = rows + kRows * static_cast<int>(sizeof(PrefillRow));
-  // stage full, stage empty, then the queries' barrier
-  static constexpr int bytes = barriers + (2 * kPrefillStages + 1) * 8;
+  // stage full, stage empty, the queries' copy, the queries turned (fp4)
+  static constexpr int exact_only = barriers + (2 * kPrefillStages + 2) * 8;  // fp4 queries: see turn_fp4_queries
+  static constexpr int bytes = exact_only + 8;
   static constexpr int launch_bytes = bytes + 1024;  // alignment slack
   static_assert(kQueryBytes % 1024 == 0 && barriers % 8 == 0);
   static_assert(launch_bytes <= kMaxSharedBytes, "prefill layout too large");
@@ -101,7 +103,7 @@ __device__ __forceinline__ TileSpan prefill_tiles(const PrefillRow* rows, std::i
   return {low / kStageTokens, (high + kStageTokens - 1) / kStageTokens};
 }
 
-template <int kHeads, bool kFp4Keys>
+template <int kHeads, bool kFp4Keys, bool kFp4Queries>
 __global__ void __launch_bounds__(PrefillLayout<kHeads>::kThreads, 1)
     mqa_logits_sm90_kernel(const MqaLogitsProblem p, std::int64_t chunks, DeviceErrorRecord* error,
                            const __grid_constant__ CUtensorMap key_map,
@@ -117,6 +119,8 @@ __global__ void __launch_bounds__(PrefillLayout<kHeads>::kThreads, 1)
   auto* stage_full = reinterpret_cast<std::uint64_t*>(smem + Layout::barriers);
   std::uint64_t* stage_empty = stage_full + kPrefillStages;
   std::uint64_t* query_full = stage_full + 2 * kPrefillStages;
+  std::uint64_t* query_ready = query_full + 1;  // fp4 queries: turned
+  auto* exact_only_flag = reinterpret_cast<std::int32_t*>(smem + Layout::exact_only);
   const int thread = static_cast<int>(threadIdx.x);
   const PrefillBlock block = prefill_block(chunks, kRows);
   enter_dependent_grid();
@@ -141,6 +145,7 @@ __global__ void __launch_bounds__(PrefillLayout<kHeads>::kThreads, 1)
       ptx::mbarrier_init(&stage_empty[s], kWarpgroupThreads);
     }
     ptx::mbarrier_init(query_full, 1);
+    ptx::mbarrier_init(query_ready, 32);  // the producer warp's lanes
     ptx::fence_barrier_init();
   }
   __syncthreads();
@@ -151,11 +156,30 @@ __global__ void __launch_bounds__(PrefillLayout<kHeads>::kThreads, 1)
     ptx::lower_register_limit<kProducerRegisters>();
     if (thread < 32) {
       // The producer: the queries once, then the tiles through the ring.
-      if (tiles.first < tiles.end && ptx::elect_one()) {
+      const bool leader = ptx::elect_one();
+      if (tiles.first < tiles.end && leader) {
         ptx::prefetch_tensor_map(&key_map);
-        ptx::mbarrier_arrive_expect_tx(query_full, Layout::kQueryBytes);
-        ptx::tensor_copy_3d(smem + Layout::queries, &query_map, 0, 0, static_cast<int>(block.first_row),
-                            query_full);
+        // fp4 queries land packed in the upper half, for this warp to turn.
+        constexpr int kQueryCopyBytes = kFp4Queries ? Layout::kQueryBytes / 2 : Layout::kQueryBytes;
+        ptx::mbarrier_arrive_expect_tx(query_full, kQueryCopyBytes);
+        ptx::tensor_copy_3d(smem + Layout::queries + Layout::kQueryBytes - kQueryCopyBytes, &query_map, 0, 0,
+                            static_cast<int>(block.first_row), query_full);
+      }
+      if constexpr (kFp4Queries) {
+        if (tiles.first < tiles.end) {
+          ptx::mbarrier_wait(query_full, 0);
+          const auto input = [&](int j, int head) {
+            const std::int64_t row = block.first_row + j;
+            if (row >= p.rows) return Fp4QueryInput{false, 0u, 0.0f};
+            return Fp4QueryInput{true, __ldg(p.q_scales + row * p.q_scales_stride_row + head * p.q_scales_stride_h),
+                                 weights[j * kHeads + head]};
+          };
+          const bool exact_only = turn_fp4_queries<kRows, kHeads>(smem + Layout::queries, input, weights, thread);
+          if (thread == 0) *exact_only_flag = exact_only;
+          ptx::mbarrier_arrive(query_ready);  // releases this lane's rows and weights (lane 0: the flag)
+        }
+      }
+      if (tiles.first < tiles.end && leader) {
         for (std::int64_t t = tiles.first; t < tiles.end; ++t) {
           const int k = static_cast<int>(t - tiles.first);
           const int slot = k % kPrefillStages;
@@ -200,7 +224,9 @@ __global__ void __launch_bounds__(PrefillLayout<kHeads>::kThreads, 1)
     const int consumer_thread = thread % kWarpgroupThreads;
     const int warp = consumer_thread / 32;
     const int lane = consumer_thread % 32;
-    if (tiles.first + consumer < tiles.end) ptx::mbarrier_wait(query_full, 0);
+    if (tiles.first + consumer < tiles.end) ptx::mbarrier_wait(kFp4Queries ? query_ready : query_full, 0);
+    // A head the products cannot hold exactly: every tile value by value.
+    const bool exact_only = kFp4Queries && tiles.first + consumer < tiles.end && *exact_only_flag != 0;
     for (std::int64_t t = tiles.first + consumer; t < tiles.end; t += kPrefillConsumers) {
       const int k = static_cast<int>(t - tiles.first);
       const int slot = k % kPrefillStages;
@@ -229,8 +255,8 @@ __global__ void __launch_bounds__(PrefillLayout<kHeads>::kThreads, 1)
       if constexpr (kFp4Keys) {
         // The words stay for the exact path when the tile is not turned.
         if (consumer_thread % 2 == 0) reinterpret_cast<std::uint32_t*>(scales)[turned_row(consumer_thread)] = word;
-        turned = turn_fp4_stage(smem + Layout::keys + slot * kStageKeyBytes, word, turned_key < p.num_keys, scales,
-                                consumer_thread, 1 + consumer);
+        turned = !exact_only && turn_fp4_stage(smem + Layout::keys + slot * kStageKeyBytes, word,
+                                               turned_key < p.num_keys, scales, consumer_thread, 1 + consumer);
         scale_upper = scales[16 * warp + lane / 4];
         scale_lower = scales[16 * warp + lane / 4 + 8];
       }
@@ -246,17 +272,25 @@ __global__ void __launch_bounds__(PrefillLayout<kHeads>::kThreads, 1)
       };
       const auto release = [&] { ptx::mbarrier_arrive(&stage_empty[slot]); };
       constexpr ptx::Fp8Type kKeys = kFp4Keys ? ptx::Fp8Type::e5m2 : ptx::Fp8Type::e4m3;
+      constexpr ptx::Fp8Type kQueries = kFp4Queries ? ptx::Fp8Type::e5m2 : ptx::Fp8Type::e4m3;
       if (turned) {
-        score_passes<kRows, kHeads, kScoringPassColumns, 0, kKeys>(
+        score_passes<kRows, kHeads, kScoringPassColumns, 0, kKeys, kQueries>(
             page, release, [&](auto first_row, auto pass_rows, const auto& acc) {
               pass_logits<kHeads, decltype(first_row)::value, decltype(pass_rows)::value>(page, acc, store);
             });
       } else if constexpr (kFp4Keys) {
         const std::int64_t keys_left = p.num_keys - first_key;
-        score_fp4_stage_exactly<kRows, kHeads, false>(
+        score_fp4_stage_exactly<kRows, kHeads, kFp4Queries>(
             page, reinterpret_cast<const std::uint32_t*>(scales),
             static_cast<int>(keys_left < kStageTokens ? keys_left : kStageTokens), consumer_thread,
-            [](int, int) { return Fp4QueryRef{}; }, store);
+            [&](int j) { return block.first_row + j < p.rows; },
+            [&](int j, int head) {
+              const std::int64_t row = block.first_row + j;
+              return Fp4QueryRef{p.q + row * p.q_stride_row + head * p.q_stride_h,
+                                 __ldg(p.q_scales + row * p.q_scales_stride_row + head * p.q_scales_stride_h),
+                                 __ldg(p.weights + row * p.weights_stride_row + head)};
+            },
+            store);
         release();
       }
     }
