@@ -146,7 +146,7 @@ std::vector<Flag> flag_table() {
                                        {{"fp8", dsa::KeyFormat::fp8_e4m3}, {"fp4", dsa::KeyFormat::fp4_e2m1}},
                                        &o.key_format);
        }},
-      {"--query-format", true, true, false,
+      {"--query-format", true, true, true,
        [](std::string_view v, Options& o) {
          return one_of<dsa::KeyFormat>("--query-format", v,
                                        {{"fp8", dsa::KeyFormat::fp8_e4m3}, {"fp4", dsa::KeyFormat::fp4_e2m1}},
@@ -402,8 +402,8 @@ Options of prefill (S new tokens over a prefix of P keys; row i scores keys
   --seq N         new tokens S, 1..131072 (default 256 on the CPU, 512 on a GPU)
   --prefix N      prefix P, 0..4194304 (default 1024 on the CPU, 8192 on a GPU)
   --compressed    the compressed output form (column c of row i holds key ks[i] + c)
-  --backend B, --heads N, --key-format F, --k N, --seed N, --iters N, --tolerance F,
-  --json[=FILE]   as for the default run
+  --backend B, --heads N, --key-format F, --query-format F, --k N, --seed N, --iters N,
+  --tolerance F, --json[=FILE]   as for the default run
 
 Lengths are causal (row j of request b sees prefix_b + j + 1 positions), pages are
 randomly permuted, H x D = heads x 128, page size 64 unless --page-size says 32.
