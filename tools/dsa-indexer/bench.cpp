@@ -81,9 +81,12 @@ struct PointResult : Problems {
   double fused_s = kNotMeasured;  // index_topk with the fused strategy
   // One decode step (lengths -> schedule -> logits -> top-k as cache slots)
   // replayed as a CUDA graph, the same graph captured with programmatic
-  // dependent launch, and the same calls timed one by one.
+  // dependent launch, and the same calls timed one by one; and one layer's
+  // share of it (logits -> top-k as slots: the lengths and the schedule are
+  // made once a step and serve every layer) replayed with PDL.
   double step_s = kNotMeasured;
   double step_pdl_s = kNotMeasured;
+  double layer_pdl_s = kNotMeasured;
   double lengths_s = kNotMeasured;
   double plan_s = kNotMeasured;
   double topk_slots_s = kNotMeasured;
@@ -145,12 +148,14 @@ dsa::Status prepare_point(const Bench& bench, const WorkloadShape& shape, const 
   return {};
 }
 
-// The step an engine replays each layer of a decode step, on the native
-// path: its calls one by one, then the whole step as CUDA-graph replays (a
-// graph per rotated cache, so the replays read memory as the calls did),
-// captured without and with programmatic dependent launch. The difference
-// between the calls and the graph is what launches and gaps cost; the
-// second graph shows how much of the gaps the overlap hides.
+// A decode step on the native path: its calls one by one, then the whole
+// step as CUDA-graph replays (a graph per rotated cache, so the replays read
+// memory as the calls did), captured without and with programmatic dependent
+// launch. The difference between the calls and the graph is what launches
+// and gaps cost; the second graph shows how much of the gaps the overlap
+// hides. Then what an engine replays for each layer of the step: the logits
+// and the top-k alone, with PDL (the lengths and the schedule serve every
+// layer).
 void measure_step(const Bench& bench, const Pipeline& pipeline, const Rotation& caches, PointResult* result) {
   const dsa::ExecContext& ctx = bench.ctx;
   result->lengths_s = timed_or_note(bench, "lengths", [&](int) { return pipeline.run_lengths(ctx); }, result);
@@ -160,14 +165,16 @@ void measure_step(const Bench& bench, const Pipeline& pipeline, const Rotation& 
   result->topk_slots_s = timed_or_note(bench, "topk slots", [&](int) {
     return pipeline.run_topk(pipeline.logits_view(), ctx, true);
   }, result);
-  const auto graph_time = [&](bool overlap, const char* what) {
+  const auto graph_time = [&](bool overlap, bool whole_step, const char* what) {
     dsa::ExecContext step_ctx = ctx;
     step_ctx.programmatic_dependent_launch = overlap;
     std::vector<CapturedGraph> steps(static_cast<std::size_t>(caches.size()));
     for (int set = 0; set < caches.size(); ++set) {
       const dsa::Status captured = CapturedGraph::capture(step_ctx.stream, [&]() -> dsa::Status {
-        DSA_RETURN_IF_ERROR(pipeline.run_lengths(step_ctx));
-        DSA_RETURN_IF_ERROR(pipeline.run_plan(dsa::LogitsPath::native, pipeline.schedule, step_ctx));
+        if (whole_step) {
+          DSA_RETURN_IF_ERROR(pipeline.run_lengths(step_ctx));
+          DSA_RETURN_IF_ERROR(pipeline.run_plan(dsa::LogitsPath::native, pipeline.schedule, step_ctx));
+        }
         DSA_RETURN_IF_ERROR(pipeline.run_logits(dsa::LogitsPath::native, pipeline.schedule,
                                                 pipeline.cache_view_of(caches.at(set)), step_ctx));
         return pipeline.run_topk(pipeline.logits_view(), step_ctx, true);
@@ -181,8 +188,9 @@ void measure_step(const Bench& bench, const Pipeline& pipeline, const Rotation& 
       return steps[static_cast<std::size_t>(run) % steps.size()].replay(ctx.stream);
     }, result);
   };
-  result->step_s = graph_time(false, "step graph");
-  result->step_pdl_s = graph_time(true, "step graph with PDL");
+  result->step_s = graph_time(false, true, "step graph");
+  result->step_pdl_s = graph_time(true, true, "step graph with PDL");
+  result->layer_pdl_s = graph_time(true, false, "layer graph with PDL");
 }
 
 WorkloadShape grid_shape(const GridPoint& point, const Options& options, std::uint64_t seed) {
@@ -597,6 +605,8 @@ Json point_json(const PointResult& r) {
   entry.set("step_graph_us", r.step_s * 1e6);
   entry.set("step_graph_pdl_us", r.step_pdl_s * 1e6);
   entry.set("step_graph_pdl_over_logits", r.step_pdl_s / r.native_s);
+  entry.set("layer_graph_pdl_us", r.layer_pdl_s * 1e6);
+  entry.set("layer_graph_pdl_over_logits", r.layer_pdl_s / r.native_s);
   entry.set("path_max_relative_difference", r.path_difference);
   entry.set("rotating_input_sets", r.rotation);
   entry.set("ok", r.problems.empty());
@@ -622,16 +632,18 @@ void print_grid_table(std::FILE* out, const std::vector<PointResult>& results, b
 }
 
 void print_step_table(std::FILE* out, const std::vector<PointResult>& results) {
-  std::fprintf(out, "%5s %5s %2s | %8s %8s %9s %9s %9s | %9s %9s %8s | %9s %8s\n", "B", "ctx", "n", "lengths", "plan",
-               "logits", "topk slots", "sum us", "graph us", "/sum", "/logits", "pdl us", "/logits");
+  std::fprintf(out, "%5s %5s %2s | %8s %8s %9s %9s %9s | %9s %9s %8s | %9s %8s | %9s %8s\n", "B", "ctx", "n",
+               "lengths", "plan", "logits", "topk slots", "sum us", "graph us", "/sum", "/logits", "pdl us", "/logits",
+               "layer us", "/logits");
   for (const PointResult& r : results) {
-    std::fprintf(out, "%5lld %5s %2d | %8s %8s %9s %9s %9s | %9s %9s %8s | %9s %8s\n",
+    std::fprintf(out, "%5lld %5s %2d | %8s %8s %9s %9s %9s | %9s %9s %8s | %9s %8s | %9s %8s\n",
                  static_cast<long long>(r.point.batch), context_label(r.point.avg_context).c_str(), r.point.next_n,
                  microseconds(r.lengths_s).c_str(), microseconds(r.plan_s).c_str(), microseconds(r.native_s).c_str(),
                  microseconds(r.topk_slots_s).c_str(), microseconds(r.step_parts_s()).c_str(),
                  microseconds(r.step_s).c_str(), ratio(r.step_s, r.step_parts_s()).c_str(),
                  ratio(r.step_s, r.native_s).c_str(), microseconds(r.step_pdl_s).c_str(),
-                 ratio(r.step_pdl_s, r.native_s).c_str());
+                 ratio(r.step_pdl_s, r.native_s).c_str(), microseconds(r.layer_pdl_s).c_str(),
+                 ratio(r.layer_pdl_s, r.native_s).c_str());
   }
 }
 
@@ -816,7 +828,8 @@ int gpu_bench(const Options& options, const Target& target, std::FILE* text, Jso
     print_grid_table(text, results, true);
     std::fprintf(text, "\ndecode step on the native path (lengths -> schedule -> logits -> top-k as cache slots, "
                        "k=%d): each call timed alone, their sum, and the whole step replayed as a CUDA graph, "
-                       "without and with programmatic dependent launch (pdl)\n",
+                       "without and with programmatic dependent launch (pdl); layer = logits -> top-k as slots "
+                       "replayed with pdl, what each layer repeats (the lengths and the schedule serve them all)\n",
                  options.k);
     print_step_table(text, results);
   }
