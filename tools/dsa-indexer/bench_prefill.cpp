@@ -1,6 +1,7 @@
 #include "bench_prefill.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -39,8 +40,40 @@ constexpr int kMinRuns = 5;
 // the paged time) at every point with a prefix of at least kPagedTargetPrefix.
 constexpr double kPagedSpeedupTarget = 1.1;
 constexpr std::int64_t kPagedTargetPrefix = 32768;
-// The paged form's cache: the library's default pages of fp8 keys.
-constexpr dsa::KeyCacheLayout kCacheLayout{kHeadDim, dsa::kDefaultPageTokens, dsa::KeyFormat::fp8_e4m3};
+// The formats of a grid (--key-format, --query-format, --page-size): the
+// paged form's cache layout, whose format is the contiguous keys' too, and
+// the queries' format.
+struct PrefillFormats {
+  dsa::KeyCacheLayout cache{kHeadDim, dsa::kDefaultPageTokens, dsa::KeyFormat::fp8_e4m3};
+  dsa::KeyFormat query_format = dsa::KeyFormat::fp8_e4m3;
+
+  bool fp4_keys() const { return cache.format == dsa::KeyFormat::fp4_e2m1; }
+  bool fp4_queries() const { return query_format == dsa::KeyFormat::fp4_e2m1; }
+  std::int64_t key_bytes() const { return cache.code_bytes(); }
+  std::int64_t query_bytes() const { return fp4_queries() ? kHeadDim / 2 : kHeadDim; }
+  dsa::DType key_dtype() const { return fp4_keys() ? dsa::DType::uint8 : dsa::DType::float8_e4m3; }
+  dsa::DType query_dtype() const { return fp4_queries() ? dsa::DType::uint8 : dsa::DType::float8_e4m3; }
+  dsa::DType key_scale_dtype() const { return fp4_keys() ? dsa::DType::int32 : dsa::DType::float32; }
+  const char* inputs() const;
+};
+
+PrefillFormats formats_of(const Options& options) {
+  PrefillFormats formats;
+  formats.cache = {kHeadDim, options.page_size, options.key_format};
+  formats.query_format = options.resolved_query_format();
+  return formats;
+}
+
+const char* PrefillFormats::inputs() const {
+  if (!fp4_keys()) {
+    return fp4_queries() ? "random e2m1 queries (ue8m0 block scales), random e4m3 keys, signed weights, positive key "
+                           "scales"
+                         : "random e4m3 queries and keys, signed weights, positive key scales";
+  }
+  return fp4_queries() ? "random e2m1 queries and keys, ue8m0 block scales within 2^4 of each other, signed weights"
+                       : "random e4m3 queries, random e2m1 keys (ue8m0 block scales within 2^4 of each other), "
+                         "signed weights";
+}
 
 // A causal prefill chunk: S new tokens over a prefix of P, the contiguous
 // form (keys = the prefix then the new tokens, S_kv = P + S; row i scores
@@ -69,14 +102,17 @@ constexpr PrefillPoint kTopkPoint{64, 4096, 32768};
 constexpr PrefillPoint kCpuPoint{64, 64, 256};
 
 // mqa_logits' inputs in host memory: random e4m3 queries and keys (finite,
-// magnitudes below 2), signed head weights, positive key scales, causal ranges.
+// magnitudes below 2) with positive key scales, or random e2m1 codes (every
+// byte is two codes) with ue8m0 block-scale words; signed head weights,
+// causal ranges.
 struct PrefillInputs {
-  std::vector<std::uint8_t> q;        // [S, H, D]
-  std::vector<std::uint8_t> keys;     // [S_kv, D]
-  std::vector<float> weights;         // [S, H]
-  std::vector<float> key_scales;      // [S_kv]
-  std::vector<std::int32_t> ks, ke;   // [S]
-  std::vector<std::int32_t> lengths;  // [S] ke - ks
+  std::vector<std::uint8_t> q;               // [S, H, query bytes]
+  std::vector<std::int32_t> q_block_scales;  // fp4 queries: [S, H]
+  std::vector<std::uint8_t> keys;            // [S_kv, key bytes]
+  std::vector<float> weights;                // [S, H]
+  std::vector<std::uint32_t> key_scales;     // [S_kv]: fp32 scales or fp4 scale words, as bits
+  std::vector<std::int32_t> ks, ke;          // [S]
+  std::vector<std::int32_t> lengths;         // [S] ke - ks
 };
 
 void fill_e4m3(std::vector<std::uint8_t>& bytes, std::mt19937_64& random) {
@@ -90,19 +126,47 @@ void fill_e4m3(std::vector<std::uint8_t>& bytes, std::mt19937_64& random) {
   }
 }
 
-PrefillInputs make_inputs(const PrefillPoint& point, std::uint64_t seed) {
-  const std::int64_t dim = kHeadDim;
+void fill_bytes(std::vector<std::uint8_t>& bytes, std::mt19937_64& random) {
+  for (std::size_t i = 0; i < bytes.size(); i += 8) {
+    std::uint64_t bits = random();
+    for (std::size_t j = i; j < std::min(i + 8, bytes.size()); ++j, bits >>= 8) bytes[j] = static_cast<std::uint8_t>(bits);
+  }
+}
+
+// A ue8m0 scale word: four block exponents in [low, low + 4], so that a row's
+// blocks stay within the range the Hopper kernels turn into e5m2 exactly.
+std::uint32_t scale_word(std::mt19937_64& random, int low) {
+  std::uint32_t word = 0;
+  for (int block = 0; block < 4; ++block) word |= static_cast<std::uint32_t>(low + random() % 5) << (8 * block);
+  return word;
+}
+
+PrefillInputs make_inputs(const PrefillPoint& point, const PrefillFormats& formats, std::uint64_t seed) {
   PrefillInputs in;
   std::mt19937_64 random(seed);
-  in.q.resize(static_cast<std::size_t>(point.seq * point.heads * dim));
-  in.keys.resize(static_cast<std::size_t>(point.kv() * dim));
-  fill_e4m3(in.q, random);
-  fill_e4m3(in.keys, random);
+  in.q.resize(static_cast<std::size_t>(point.seq * point.heads * formats.query_bytes()));
+  in.keys.resize(static_cast<std::size_t>(point.kv() * formats.key_bytes()));
+  if (formats.fp4_queries()) {
+    fill_bytes(in.q, random);
+  } else {
+    fill_e4m3(in.q, random);
+  }
+  if (formats.fp4_keys()) {
+    fill_bytes(in.keys, random);
+  } else {
+    fill_e4m3(in.keys, random);
+  }
   std::uniform_real_distribution<float> weight(-1.0f, 1.0f), scale(0.5f / 448, 2.0f / 448);
   in.weights.resize(static_cast<std::size_t>(point.seq * point.heads));
   for (float& w : in.weights) w = weight(random);
   in.key_scales.resize(static_cast<std::size_t>(point.kv()));
-  for (float& s : in.key_scales) s = scale(random);
+  for (std::uint32_t& bits : in.key_scales) {
+    bits = formats.fp4_keys() ? scale_word(random, 120) : std::bit_cast<std::uint32_t>(scale(random));
+  }
+  if (formats.fp4_queries()) {
+    in.q_block_scales.resize(static_cast<std::size_t>(point.seq * point.heads));
+    for (std::int32_t& word : in.q_block_scales) word = static_cast<std::int32_t>(scale_word(random, 125));
+  }
   in.ks.assign(static_cast<std::size_t>(point.seq), 0);
   in.ke.resize(in.ks.size());
   in.lengths.resize(in.ks.size());
@@ -261,9 +325,10 @@ void measure_ragged_topk(const Bench& bench, const PrefillInputs& in, const Buff
 // Holds Rotations of its own buffers: not movable.
 struct PointTensors {
   PrefillPoint point;
+  PrefillFormats formats;
   dsa::Device device;
   std::vector<dsa::MqaLogitsChunk> chunks;
-  Buffer q, keys, weights, key_scales, ks, ke, lengths, workspace, logits;
+  Buffer q, q_block_scales, keys, weights, key_scales, ks, ke, lengths, workspace, logits;
   Buffer cache, block_table, offsets, schedules;  // offsets and schedules: one each per chunk
   Buffer gathered_keys, gathered_scales;
   std::int64_t num_pages = 0, max_blocks = 0;
@@ -295,11 +360,14 @@ struct PointTensors {
   // mqa_logits over chunk c's rows against keys_in and scales_in.
   dsa::Status contiguous(std::size_t c, int run, const Buffer& keys_in, const Buffer& scales_in,
                          const dsa::ExecContext& ctx) const {
-    const std::int64_t r = rows(c), heads = point.heads, dim = kHeadDim, kv = point.kv();
+    const std::int64_t r = rows(c), heads = point.heads, kv = point.kv();
+    const std::int64_t query_bytes = formats.query_bytes(), key_bytes = formats.key_bytes();
     dsa::MqaLogitsOptions options;
     options.clean_logits = true;  // DeepGEMM's default
-    return dsa::mqa_logits(chunk_view(q_sets.at(run), c, dsa::DType::float8_e4m3, heads * dim, {r, heads, dim}),
-                           keys_in.view(dsa::DType::float8_e4m3, {kv, dim}), scales_in.view(dsa::DType::float32, {kv}),
+    if (formats.fp4_queries()) options.q_block_scales = chunk_view(q_block_scales, c, dsa::DType::int32, heads, {r, heads});
+    return dsa::mqa_logits(chunk_view(q_sets.at(run), c, formats.query_dtype(), heads * query_bytes, {r, heads, query_bytes}),
+                           keys_in.view(formats.key_dtype(), {kv, key_bytes}),
+                           scales_in.view(formats.key_scale_dtype(), {kv}),
                            chunk_view(weights, c, dsa::DType::float32, heads, {r, heads}),
                            chunk_view(ks, c, dsa::DType::int32, 1, {r}), chunk_view(ke, c, dsa::DType::int32, 1, {r}),
                            logits.view(dsa::DType::float32, {r, kv}), options, ctx);
@@ -309,16 +377,19 @@ struct PointTensors {
   // (max_context_len = S_kv, so clean_logits fills every column the
   // contiguous form fills).
   dsa::Status paged(std::size_t c, int run, const dsa::ExecContext& ctx) const {
-    const std::int64_t r = rows(c), heads = point.heads, dim = kHeadDim, kv = point.kv();
+    const std::int64_t r = rows(c), heads = point.heads, kv = point.kv(), query_bytes = formats.query_bytes();
     dsa::LogitsOptions options;
     options.clean_logits = true;
     options.path = dsa::LogitsPath::native;
-    options.page_size = kCacheLayout.page_tokens;
-    options.key_format = kCacheLayout.format;
+    options.page_size = formats.cache.page_tokens;
+    options.key_format = formats.cache.format;
     options.request_offsets = offsets_view(c);
+    if (formats.fp4_queries()) {
+      options.q_block_scales = chunk_view(q_block_scales, c, dsa::DType::int32, heads, {r, 1, heads});
+    }
     return dsa::paged_mqa_logits(
-        chunk_view(q_sets.at(run), c, dsa::DType::float8_e4m3, heads * dim, {r, 1, heads, dim}),
-        cache_sets.at(run).view(dsa::DType::uint8, {num_pages, kCacheLayout.min_page_bytes()}),
+        chunk_view(q_sets.at(run), c, formats.query_dtype(), heads * query_bytes, {r, 1, heads, query_bytes}),
+        cache_sets.at(run).view(dsa::DType::uint8, {num_pages, formats.cache.min_page_bytes()}),
         chunk_view(weights, c, dsa::DType::float32, heads, {r, heads}),
         chunk_view(lengths, c, dsa::DType::int32, 1, {r}), block_table.view(dsa::DType::int32, {1, max_blocks}),
         schedule_view(c), kv, logits.view(dsa::DType::float32, {r, kv}), options, ctx);
@@ -329,10 +400,10 @@ struct PointTensors {
   dsa::Status gather(int run, const dsa::ExecContext& ctx) const {
     const auto* table = static_cast<const std::int32_t*>(block_table.data());
     if (device.type == dsa::DeviceType::cuda) {
-      return gather_request_keys_on_device(kCacheLayout, table, point.kv(), cache_sets.at(run).data(),
+      return gather_request_keys_on_device(formats.cache, table, point.kv(), cache_sets.at(run).data(),
                                            gathered_keys.data(), gathered_scales.data(), ctx.stream);
     }
-    gather_request_keys(kCacheLayout, table, point.kv(), static_cast<const std::uint8_t*>(cache_sets.at(run).data()),
+    gather_request_keys(formats.cache, table, point.kv(), static_cast<const std::uint8_t*>(cache_sets.at(run).data()),
                         static_cast<std::uint8_t*>(gathered_keys.data()), gathered_scales.data());
     return {};
   }
@@ -368,14 +439,15 @@ dsa::Status prepare_point(const Bench& bench, const PrefillInputs& in, std::uint
   // One request of S rows over a prefix of P: its causal lengths are the
   // contiguous form's ke (ks = 0), its slots hold keys [0, S_kv).
   const WorkloadLayout layout =
-      layout_for_prefixes({static_cast<std::int32_t>(point.prefix)}, static_cast<int>(seq), kCacheLayout.page_tokens,
+      layout_for_prefixes({static_cast<std::int32_t>(point.prefix)}, static_cast<int>(seq), t->formats.cache.page_tokens,
                           seed);
   t->num_pages = layout.num_pages;
   t->max_blocks = layout.max_blocks;
-  std::vector<std::uint8_t> cache(static_cast<std::size_t>(layout.num_pages * kCacheLayout.min_page_bytes()));
-  write_cache_tokens(kCacheLayout, layout.slot_mapping, in.keys.data(), in.key_scales.data(), cache.data());
+  std::vector<std::uint8_t> cache(static_cast<std::size_t>(layout.num_pages * t->formats.cache.min_page_bytes()));
+  write_cache_tokens(t->formats.cache, layout.slot_mapping, in.keys.data(), in.key_scales.data(), cache.data());
   const dsa::Status uploaded = [&]() -> dsa::Status {
     DSA_RETURN_IF_ERROR(upload(in.q, device, &t->q));
+    DSA_RETURN_IF_ERROR(upload(in.q_block_scales, device, &t->q_block_scales));
     DSA_RETURN_IF_ERROR(upload(in.keys, device, &t->keys));
     DSA_RETURN_IF_ERROR(upload(in.weights, device, &t->weights));
     DSA_RETURN_IF_ERROR(upload(in.key_scales, device, &t->key_scales));
@@ -385,7 +457,7 @@ dsa::Status prepare_point(const Bench& bench, const PrefillInputs& in, std::uint
     DSA_RETURN_IF_ERROR(upload(cache, device, &t->cache));
     DSA_RETURN_IF_ERROR(upload(layout.block_table, device, &t->block_table));
     DSA_RETURN_IF_ERROR(Buffer::allocate(in.keys.size(), device, &t->gathered_keys));
-    return Buffer::allocate(in.key_scales.size() * sizeof(float), device, &t->gathered_scales);
+    return Buffer::allocate(in.key_scales.size() * sizeof(std::uint32_t), device, &t->gathered_scales);
   }();
   DSA_RETURN_IF_ERROR(in_stage("inputs", uploaded));
 
@@ -491,13 +563,13 @@ dsa::Status check_forms(const Bench& bench, const PrefillInputs& in, const Point
   DSA_RETURN_IF_ERROR(in_stage("gather", t.gather(0, checked)));
   if (bench.gpu()) DSA_RETURN_IF_ERROR(in_stage("gather", synchronize_stream(ctx.stream)));
   std::vector<std::uint8_t> keys(in.keys.size());
-  std::vector<float> scales(in.key_scales.size());
+  std::vector<std::uint32_t> scales(in.key_scales.size());
   DSA_RETURN_IF_ERROR(t.gathered_keys.download(keys.data(), keys.size()));
   DSA_RETURN_IF_ERROR(t.gathered_scales.download(scales.data(), scales.size() * sizeof(float)));
   agreement->gathered = compare_bytes(keys.data(), in.keys.data(), static_cast<std::int64_t>(keys.size()));
   if (agreement->gathered.passed()) {
     agreement->gathered = compare_bytes(scales.data(), in.key_scales.data(),
-                                        static_cast<std::int64_t>(scales.size() * sizeof(float)));
+                                        static_cast<std::int64_t>(scales.size() * sizeof(std::uint32_t)));
     if (!agreement->gathered.passed()) agreement->gathered.first_mismatch += static_cast<std::int64_t>(keys.size());
   }
   agreement->keys_compared = true;
@@ -528,16 +600,18 @@ dsa::Status time_form(const Bench& point_bench, const std::function<dsa::Status(
 // Times one point in its three forms (every chunk's call in each timed run),
 // after checking the paged form and the gather against the contiguous form,
 // and with `topk` the ragged top-k of its logits.
-PrefillResult measure_point(const Bench& bench, const PrefillPoint& point, std::uint64_t seed, RaggedTopk* topk) {
+PrefillResult measure_point(const Bench& bench, const PrefillPoint& point, const PrefillFormats& formats,
+                            std::uint64_t seed, RaggedTopk* topk) {
   PrefillResult result;
   result.point = point;
   const std::int64_t seq = point.seq, kv = point.kv(), heads = point.heads, dim = kHeadDim;
-  const PrefillInputs in = make_inputs(point, seed);
+  const PrefillInputs in = make_inputs(point, formats, seed);
   for (const std::int32_t length : in.lengths) result.pairs += length;
   result.flops = 2.0 * static_cast<double>(heads * dim) * result.pairs;
   result.logits_bytes = 4.0 * static_cast<double>(seq) * static_cast<double>(kv);
   result.bytes = static_cast<double>(in.q.size() + in.keys.size()) +
-                 4.0 * static_cast<double>(in.weights.size() + in.key_scales.size() + in.ks.size() + in.ke.size()) +
+                 4.0 * static_cast<double>(in.weights.size() + in.q_block_scales.size() + in.key_scales.size() +
+                                           in.ks.size() + in.ke.size()) +
                  result.logits_bytes;
   if (bench.gpu()) {
     result.memory_floor_s = result.bytes / bench.copy_bandwidth;
@@ -546,6 +620,7 @@ PrefillResult measure_point(const Bench& bench, const PrefillPoint& point, std::
 
   PointTensors t;
   t.point = point;
+  t.formats = formats;
   t.device = bench.target.device;
   dsa::ExecContext ctx = bench.ctx;
   if (auto s = prepare_point(bench, in, seed, topk, &t, &ctx); !s.ok()) {
@@ -682,24 +757,28 @@ void print_table(std::FILE* out, const std::vector<PrefillResult>& results, bool
   }
 }
 
-void describe_workload(std::FILE* text, Json* document, const Bench& bench, const char* grid, int k) {
+void describe_workload(std::FILE* text, Json* document, const Bench& bench, const PrefillFormats& formats,
+                       const char* grid, int k) {
   Json& parameters = document->set("parameters", Json::object());
   parameters.set("grid", grid);
   parameters.set("head_dim", kHeadDim);
+  parameters.set("key_format", dsa::key_format_name(formats.cache.format));
+  parameters.set("query_format", dsa::key_format_name(formats.query_format));
+  parameters.set("page_size", formats.cache.page_tokens);
   parameters.set("form", "contiguous keys (prefix then new tokens), full float32 logits [S, S_kv], clean_logits");
   parameters.set("paged_form",
-                 format("paged_mqa_logits over a cache of %d-token fp8 pages holding the same keys and scales in "
+                 format("paged_mqa_logits over a cache of %d-token %s pages holding the same keys and scales in "
                         "random page order, one request of the S new tokens (request_offsets [0, S], lengths "
                         "P + i + 1, native path, schedule planned once outside the timed runs), max_context_len "
                         "S_kv: the same logits",
-                        kCacheLayout.page_tokens));
+                        formats.cache.page_tokens, dsa::key_format_name(formats.cache.format)));
   parameters.set("gather_contiguous_form", "the request's keys and scales gathered out of its pages into a "
                                            "contiguous run, then the contiguous form, timed together");
   parameters.set("paged_speedup_target",
                  format("gather_contiguous.us / paged.us >= %.1f at P >= %lld", kPagedSpeedupTarget,
                         static_cast<long long>(kPagedTargetPrefix)));
   parameters.set("ranges", "causal: ks = 0, ke = P + i + 1");
-  parameters.set("inputs", "random e4m3 queries and keys, signed weights, positive key scales");
+  parameters.set("inputs", formats.inputs());
   parameters.set("logits_budget_bytes", static_cast<std::int64_t>(kLogitsBudget));
   parameters.set("k", k);
   Json& timing = document->set("timing", Json::object());
@@ -721,9 +800,10 @@ void describe_workload(std::FILE* text, Json* document, const Bench& bench, cons
           : std::string();
   std::fprintf(text, "\nprefill grid: S new tokens over a prefix of P (S_kv = P + S contiguous keys, row i scores "
                      "keys [0, P + i + 1)), D=%d; mqa_logits writes full float32 logits [S, S_kv] with "
-                     "clean_logits, as DeepGEMM's fp8_mqa_logits test runs it; random e4m3 inputs; "
+                     "clean_logits, as DeepGEMM's fp8_mqa_logits test runs it; %s queries, %s keys (%s); "
                      "median of %d run%s%s%s\n",
-               kHeadDim, bench.iters, bench.iters == 1 ? "" : "s",
+               kHeadDim, dsa::key_format_name(formats.query_format), dsa::key_format_name(formats.cache.format),
+               formats.inputs(), bench.iters, bench.iters == 1 ? "" : "s",
                bench.gpu() ? " (CUDA events around the enqueued work), queries, keys and cache rotated over >= 2 "
                              "copies"
                            : " (wall clock)",
@@ -737,13 +817,14 @@ void describe_workload(std::FILE* text, Json* document, const Bench& bench, cons
                      "pages, then mqa_logits, timed together; g+c/pg = gather+c / paged (target: >= %.1f at "
                      "P >= %s); paged=c = the paged logits against the contiguous ones (bitwise, or the max "
                      "relative error)\n",
-               kCacheLayout.page_tokens, kPagedSpeedupTarget, context_label(kPagedTargetPrefix).c_str());
+               formats.cache.page_tokens, kPagedSpeedupTarget, context_label(kPagedTargetPrefix).c_str());
 }
 
 }  // namespace
 
 int prefill_grid(const Bench& bench, const Options& options, std::FILE* text, Json* document) {
-  describe_workload(text, document, bench, "prefill", options.k);
+  const PrefillFormats formats = formats_of(options);
+  describe_workload(text, document, bench, formats, "prefill", options.k);
   const std::vector<PrefillPoint> points = grid_points();
   std::vector<PrefillResult> results;
   RaggedTopk topk;
@@ -758,7 +839,7 @@ int prefill_grid(const Bench& bench, const Options& options, std::FILE* text, Js
     std::fflush(text);
     const bool topk_here = point.heads == kTopkPoint.heads && point.seq == kTopkPoint.seq &&
                            point.prefix == kTopkPoint.prefix;
-    results.push_back(measure_point(bench, point, options.seed + i, topk_here ? &topk : nullptr));
+    results.push_back(measure_point(bench, point, formats, options.seed + i, topk_here ? &topk : nullptr));
     grid.push(point_json(results.back()));
     all_ok = all_ok && results.back().problems.empty();
   }
@@ -823,8 +904,9 @@ int prefill_grid(const Bench& bench, const Options& options, std::FILE* text, Js
 }
 
 int prefill_cpu_point(const Bench& bench, const Options& options, std::FILE* text, Json* document) {
-  describe_workload(text, document, bench, "prefill", options.k);
-  const PrefillResult result = measure_point(bench, kCpuPoint, options.seed, nullptr);
+  const PrefillFormats formats = formats_of(options);
+  describe_workload(text, document, bench, formats, "prefill", options.k);
+  const PrefillResult result = measure_point(bench, kCpuPoint, formats, options.seed, nullptr);
   document->set("cpu_point", point_json(result));
   print_table(text, {result}, false);
   return result.problems.empty() ? 0 : 1;

@@ -390,7 +390,8 @@ Options of bench:
                   prefill: mqa_logits over causal prefill chunks, H in {64, 32} x
                   S in {512, 4K, 16K} new tokens x prefix P in {0, 32K, 96K}, against the
                   fp8 tensor-core rate, and the ragged top-k of S=4K over P=32K (--heads
-                  does not apply) (default full)
+                  does not apply; --key-format, --query-format and --page-size do)
+                  (default full)
   --heads N, --page-size P, --key-format F, --query-format F, --k N, --seed N
   --iters N       timed repetitions per measurement (default 50)
   --json[=FILE]   everything measured, as JSON; the table is printed at the end
