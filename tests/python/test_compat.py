@@ -1,4 +1,4 @@
-"""dsa_indexer.compat.deep_gemm and dsa_indexer.compat.sgl_kernel on the CPU backend with
+"""dsa_indexer.compat.deep_gemm, .sgl_kernel and .vllm on the CPU backend with
 NumPy arrays (and CPU PyTorch tensors where NumPy lacks a type: bfloat16 logits), against
 the NumPy references."""
 
@@ -7,7 +7,7 @@ import pytest
 
 import dsa_indexer as dsa
 import reference as ref
-from dsa_indexer.compat import deep_gemm, sgl_kernel
+from dsa_indexer.compat import deep_gemm, sgl_kernel, vllm
 
 D = 32
 
@@ -438,3 +438,147 @@ def test_sgl_kernel_with_torch(rng):
         result = torch_call()
         assert isinstance(result, torch.Tensor) and result.dtype == torch.int32
         np.testing.assert_array_equal(result.numpy(), numpy_call())
+
+
+# ---------------------------------------------------------------------------
+# vLLM
+
+
+def assert_in_place_selection(indices, k, expected, lengths, rows):
+    """indices[:rows, :k] selects as `expected` (sets; rows of at most k candidates exactly);
+    the other columns and rows hold their poison."""
+    assert_same_selection(indices[:rows, :k], expected)
+    short = lengths <= k
+    np.testing.assert_array_equal(indices[:rows, :k][short], expected[short])
+    assert (indices[:rows, k:] == -7).all() and (indices[rows:] == -7).all()
+
+
+@pytest.mark.parametrize("k", [2048, 100])
+@pytest.mark.parametrize("given_k", [True, False])
+def test_top_k_per_row_prefill(rng, k, given_k):
+    score, lengths, starts = selection_rows(rng, k=k)
+    rows = len(lengths) - 1  # the last row is not asked for
+    ends = starts + lengths
+    indices = np.full((len(lengths), k + (3 if given_k else 0)), -7, dtype=np.int32)
+    result = vllm.top_k_per_row_prefill(score, starts, ends, indices, rows, score.shape[1], 1,
+                                        k if given_k else None)
+    assert result is indices
+    expected = ref.topk(score[:rows], lengths[:rows], k, starts[:rows])
+    assert_in_place_selection(indices, k, expected, lengths[:rows], rows)
+    again = np.full_like(indices, -7)
+    vllm.top_k_per_row_prefill(score, starts, ends, again, rows, score.shape[1], 1, k if given_k else None)
+    np.testing.assert_array_equal(again, indices)
+
+
+@pytest.mark.parametrize("next_n", [1, 3])
+@pytest.mark.parametrize("two_d", [False, True])
+def test_top_k_per_row_decode(rng, next_n, two_d):
+    requests, width, k = 4, 3000, 512
+    seq_lens = rng.integers(0, width, size=requests).astype(np.int32)
+    seq_lens[1] = 1  # fewer keys than rows: the first rows see none
+    rows = requests * next_n
+    row_lengths = np.maximum(0, seq_lens[:, None] - next_n + np.arange(next_n) + 1)
+    score = rng.standard_normal((rows, width)).astype(np.float32)
+    score[0, :600] = 1.0  # ties
+    indices = np.full((rows + 2, k), -7, dtype=np.int32)
+    lens = row_lengths.astype(np.int32) if two_d else seq_lens
+    vllm.top_k_per_row_decode(score, next_n, lens, indices, rows, width, 1, k)
+    lengths = row_lengths.reshape(-1)
+    assert_in_place_selection(indices, k, ref.topk(score, lengths, k), lengths, rows)
+
+
+def test_persistent_topk(rng):
+    score, lengths, _ = selection_rows(rng, rows=6, k=256)
+    output = np.full((6, 256), -7, dtype=np.int32)
+    result = vllm.persistent_topk(score, lengths.reshape(3, 2), output, None, 256, score.shape[1])
+    assert result is output
+    assert_in_place_selection(output, 256, ref.topk(score, lengths, 256), lengths, 6)
+
+
+@pytest.mark.parametrize("scale_fmt", ["ue8m0", None])
+@pytest.mark.parametrize("block_size", [64, 32])
+def test_indexer_k_quant_and_cache(rng, scale_fmt, block_size):
+    blocks, tokens, width = 6, 150, D + 4
+    # Blocks 16 bytes further apart than their tokens need, as a layer's slice of a larger
+    # allocation can be.
+    storage = rng.integers(0, 256, size=(blocks, block_size * width + 16), dtype=np.uint8)
+    kv_cache = storage[:, : block_size * width].reshape(blocks, block_size, width)
+    keys = rng.standard_normal((tokens, D)).astype(np.float32)
+    slots = rng.permutation(blocks * block_size)[:tokens].astype(np.int64)
+    slots[5] = -1  # padding: skipped
+    before = storage.copy()
+    assert vllm.indexer_k_quant_and_cache(keys, kv_cache, slots, D, scale_fmt) is kv_cache
+    codes, scales = ref.quantize_rows(keys, scale_fmt == "ue8m0")
+    expected = before.copy()
+    for t, slot in enumerate(slots):
+        if slot < 0:
+            continue
+        page, row = divmod(int(slot), block_size)
+        expected[page, row * D: (row + 1) * D] = codes[t]
+        at = block_size * D + 4 * row
+        expected[page, at: at + 4] = scales[t: t + 1].view(np.uint8)
+    np.testing.assert_array_equal(storage, expected)
+
+
+def test_vllm_refusals_name_the_argument(rng):
+    score, lengths, starts = selection_rows(rng, k=64)
+    ends = starts + lengths
+    indices = np.zeros((len(lengths), 64), dtype=np.int32)
+    prefill = vllm.top_k_per_row_prefill
+    with pytest.raises(ValueError, match="stride0, stride1"):
+        prefill(score, starts, ends, indices, 3, score.shape[1] + 1, 1)
+    with pytest.raises(ValueError, match="stride1: the logits' columns must be contiguous"):
+        strided = score[:, ::2]
+        prefill(strided, starts, ends, indices, 3, *(s // 4 for s in strided.strides))
+    with pytest.raises(ValueError, match="num_rows"):
+        prefill(score, starts, ends, indices, len(lengths) + 1, score.shape[1], 1)
+    with pytest.raises(ValueError, match="top_k"):
+        prefill(score, starts, ends, indices, 3, score.shape[1], 1, 65)
+    with pytest.raises(ValueError, match="row_ends: has 2 entries"):
+        prefill(score, starts, ends[:2], indices, 3, score.shape[1], 1)
+    with pytest.raises(ValueError, match="indices: expected"):
+        prefill(score, starts, ends, indices[0], 3, score.shape[1], 1)
+    with pytest.raises(ValueError, match="next_n"):
+        vllm.top_k_per_row_decode(score, 0, lengths, indices, 3, score.shape[1], 1)
+    with pytest.raises(ValueError, match="seq_lens"):
+        vllm.top_k_per_row_decode(score, 2, lengths.reshape(-1, 1), indices, 3, score.shape[1], 1)
+    with pytest.raises(ValueError, match="lengths: expected"):
+        vllm.persistent_topk(score, lengths[:2], indices, None, 64, 0)
+    with pytest.raises(ValueError, match="topk: lengths"):  # a range past the logits' columns
+        prefill(score, starts, ends + score.shape[1], indices, 3, score.shape[1], 1)
+    keys = np.zeros((4, D), dtype=np.float32)
+    cache = np.zeros((2, 64, D + 4), dtype=np.uint8)
+    slots = np.arange(4, dtype=np.int64)
+    with pytest.raises(ValueError, match="quant_block_size"):
+        vllm.indexer_k_quant_and_cache(keys, cache, slots, 64, "ue8m0")
+    with pytest.raises(ValueError, match="scale_fmt"):
+        vllm.indexer_k_quant_and_cache(keys, cache, slots, D, "e4m3")
+    with pytest.raises(ValueError, match="kv_cache: the last dimension"):
+        vllm.indexer_k_quant_and_cache(keys, cache[..., :-1], slots, D, None)
+    with pytest.raises(ValueError, match="slot_mapping: has 3 entries"):
+        vllm.indexer_k_quant_and_cache(keys, cache, slots[:3], D, None)
+
+
+def test_vllm_with_torch(rng):
+    torch = pytest.importorskip("torch")
+    score, lengths, starts = selection_rows(rng, k=2048)
+    ends = starts + lengths
+    t = torch.from_numpy
+    rows = len(lengths)
+    # vLLM hands in a slice of a wider, persistent buffer.
+    buffer = torch.full((rows + 4, 2048 + 8), -7, dtype=torch.int32)
+    view = buffer[:rows, :2048]
+    logits = t(score)
+    result = vllm.top_k_per_row_prefill(logits, t(starts), t(ends), view, rows, logits.stride(0),
+                                        logits.stride(1), 2048)
+    assert result is view
+    expected = ref.topk(score, lengths, 2048, starts)
+    assert_same_selection(view.numpy(), expected)
+    assert (buffer[:, 2048:] == -7).all() and (buffer[rows:] == -7).all()
+    keys = torch.from_numpy(rng.standard_normal((10, D)).astype(np.float32)).to(torch.bfloat16)
+    cache = torch.zeros((2, 64, D + 4), dtype=torch.uint8)
+    slots = torch.arange(10, dtype=torch.int64) * 7
+    vllm.indexer_k_quant_and_cache(keys, cache, slots, D, "ue8m0")
+    native = torch.zeros((2, 64 * (D + 4)), dtype=torch.uint8)
+    dsa.store_index_keys(keys, slots, native, power_of_two_scales=True)
+    assert torch.equal(cache.reshape(2, -1), native)

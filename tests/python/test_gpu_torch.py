@@ -12,7 +12,7 @@ if not torch.cuda.is_available():
 import dsa_indexer as dsa  # noqa: E402
 import reference as ref  # noqa: E402
 from dsa_indexer import integration  # noqa: E402
-from dsa_indexer.compat import deep_gemm, sgl_kernel  # noqa: E402
+from dsa_indexer.compat import deep_gemm, sgl_kernel, vllm  # noqa: E402
 
 if not dsa.built_with_cuda():
     pytest.skip("dsa_indexer was built without CUDA", allow_module_level=True)
@@ -409,6 +409,39 @@ def test_sgl_kernel(rng, k, starts):
     result = sgl_kernel.fast_topk_transform_ragged_fused(dev["score"], dev["lengths"],
                                                          cuda(offsets), k, dev_starts)
     same_rows(result, np.where(positions >= 0, positions + offsets[:, None], -1))
+
+
+@pytest.mark.parametrize("k", [2048, 512])
+def test_vllm_top_k_per_row(rng, k):
+    dev, host = selection_rows(rng, k=k)
+    rows = len(host["lengths"])
+    # Written in place into a slice of a wider buffer, as vLLM's topk_indices_buffer.
+    buffer = torch.full((rows + 3, k + 5), -7, dtype=torch.int32, device=DEVICE)
+    view = buffer[:rows, :k]
+    score = dev["score"]
+    ends = dev["starts"] + dev["lengths"]
+    assert vllm.top_k_per_row_prefill(score, dev["starts"], ends, view, rows, score.stride(0),
+                                      score.stride(1), k) is view
+    same_rows(view, ref.topk(host["score"], host["lengths"], k, host["starts"]))
+    assert (buffer[:, k:] == -7).all() and (buffer[rows:] == -7).all()
+
+    next_n = 2
+    seq_lens = rng.integers(0, host["score"].shape[1], size=rows // next_n).astype(np.int32)
+    lengths = np.maximum(0, seq_lens[:, None] - next_n + np.arange(next_n) + 1).reshape(-1)
+    decoded = torch.full((rows, k), -7, dtype=torch.int32, device=DEVICE)
+    used = len(lengths)
+    vllm.top_k_per_row_decode(score, next_n, cuda(seq_lens), decoded, used, score.stride(0), 1, k)
+    same_rows(decoded[:used], ref.topk(host["score"][:used], lengths, k))
+
+
+def test_vllm_indexer_k_quant_and_cache(rng):
+    keys = cuda(rng.standard_normal((300, D)).astype(np.float32)).to(torch.bfloat16)
+    slots = cuda(rng.permutation(8 * PAGE)[:300].astype(np.int64))
+    cache = torch.zeros((8, PAGE, D + 4), dtype=torch.uint8, device=DEVICE)
+    vllm.indexer_k_quant_and_cache(keys, cache, slots, D, "ue8m0")
+    native = torch.zeros((8, PAGE * (D + 4)), dtype=torch.uint8, device=DEVICE)
+    dsa.store_index_keys(keys, slots, native, power_of_two_scales=True)
+    assert torch.equal(cache.reshape(8, -1), native)
 
 
 @pytest.mark.parametrize("page", [1, 32, 64])
