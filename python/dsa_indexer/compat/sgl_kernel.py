@@ -34,14 +34,7 @@ dsa_indexer.topk: logits (score), block_table (page_table_size_1), request_offse
 """
 
 from .. import ops
-
-
-def _check_rank(op, name, array, rank, layout):
-    shape = getattr(array, "shape", None)
-    if shape is None:
-        raise TypeError(f"{op}: {name}: expected an array {layout}, got {type(array).__name__}")
-    if len(shape) != rank:
-        raise ValueError(f"{op}: {name}: expected {layout}, got shape {tuple(shape)}")
+from ._arguments import check_rank as _check_rank
 
 
 def _check_rows(op, score, topk, **row_vectors):

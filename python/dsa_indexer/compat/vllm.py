@@ -49,17 +49,9 @@ candidate counts, row_ends - row_starts for the prefill form) and store_index_ke
 """
 
 from .. import ops
+from ._arguments import check_rank as _shape
 
 _FP8_SCALE_FORMATS = {None: False, "": False, "fp32": False, "ue8m0": True}
-
-
-def _shape(op, name, array, rank, layout):
-    shape = getattr(array, "shape", None)
-    if shape is None:
-        raise TypeError(f"{op}: {name}: expected an array {layout}, got {type(array).__name__}")
-    if len(shape) != rank:
-        raise ValueError(f"{op}: {name}: expected {layout}, got shape {tuple(shape)}")
-    return tuple(shape)
 
 
 def _strides(array):
