@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 import dsa_indexer as dsa  # noqa: E402
 import reference as ref  # noqa: E402
 from dsa_indexer import _eager, ops  # noqa: E402
-from dsa_indexer.compat import deep_gemm, sgl_kernel  # noqa: E402
+from dsa_indexer.compat import deep_gemm, sgl_kernel, vllm  # noqa: E402
 
 D = 32
 FP8 = torch.float8_e4m3fn
@@ -135,6 +135,25 @@ def sgl_transform_ragged_fused(p):
     r = ragged(p)
     return sgl_kernel.fast_topk_transform_ragged_fused(r["score"], r["lengths"], r["starts"] * 3,
                                                        5, r["starts"])
+
+
+def vllm_prefill(p):
+    r = ragged(p)
+    score = r["score"]
+    indices = torch.full((6, 5), -1, dtype=torch.int32)
+    return vllm.top_k_per_row_prefill(score, r["starts"], r["starts"] + r["lengths"], indices, 6,
+                                      score.stride(0), score.stride(1), 5)
+
+
+def vllm_decode(p, seq_lens):
+    score = ragged(p)["score"]
+    indices = torch.full((6, 5), -1, dtype=torch.int32)
+    return vllm.top_k_per_row_decode(score, 2, seq_lens, indices, 6, score.stride(0), 1, 5)
+
+
+def vllm_cache(p):
+    cache = p["cache"].view(p["cache"].shape[0], ref.PAGE, D + 4)
+    return vllm.indexer_k_quant_and_cache(p["keys"], cache, p["slots"].long(), D, "ue8m0")
 
 
 def fresh(p):
@@ -274,6 +293,10 @@ CASES = {
     "sgl_kernel_fast_topk_transform_fused": sgl_transform_fused,
     "sgl_kernel_fast_topk_transform_fused_decode": sgl_transform_fused_decode,
     "sgl_kernel_fast_topk_transform_ragged_fused": sgl_transform_ragged_fused,
+    "vllm_top_k_per_row_prefill": vllm_prefill,
+    "vllm_top_k_per_row_decode_total_lengths": lambda p: vllm_decode(p, p["lens"][:, -1].contiguous()),
+    "vllm_top_k_per_row_decode_row_lengths": lambda p: vllm_decode(p, p["lens"]),
+    "vllm_indexer_k_quant_and_cache": vllm_cache,
 }
 # The cases of caches of 32-token pages.
 PAGES_OF_32 = {"store_index_keys_page_size", "paged_mqa_logits_page_size", "index_topk_page_size",

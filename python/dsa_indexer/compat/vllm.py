@@ -48,6 +48,7 @@ library finds in the data name the arguments of dsa_indexer.topk (lengths: the r
 candidate counts, row_ends - row_starts for the prefill form) and store_index_keys.
 """
 
+from .. import _frameworks as fw
 from .. import ops
 from ._arguments import check_rank as _shape
 
@@ -55,11 +56,10 @@ _FP8_SCALE_FORMATS = {None: False, "": False, "fp32": False, "ue8m0": True}
 
 
 def _strides(array):
-    """Element strides of a torch tensor or a numpy array."""
-    strides = array.stride() if callable(getattr(array, "stride", None)) else None
-    if strides is None:
-        strides = tuple(s // array.itemsize for s in array.strides)
-    return tuple(strides)
+    """Element strides of a PyTorch tensor, or of a NumPy or CuPy array."""
+    if fw.framework_of(array) == fw.TORCH:
+        return tuple(array.stride())
+    return tuple(s // array.itemsize for s in array.strides)
 
 
 def _selection(op, logits, indices, num_rows, stride0, stride1, top_k):
@@ -152,7 +152,7 @@ def indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size, scale
     kv_cache [num_blocks, block_size, D + 4] at slot_mapping (see the module docstring)."""
     op = "indexer_k_quant_and_cache"
     tokens, head_dim = _shape(op, "k", k, 2, "[num_tokens, D]")
-    blocks, block_size, width = _shape(op, "kv_cache", kv_cache, 3, "[num_blocks, block_size, D + 4]")
+    width = _shape(op, "kv_cache", kv_cache, 3, "[num_blocks, block_size, D + 4]")[2]
     if int(quant_block_size) != head_dim:
         raise ValueError(f"{op}: quant_block_size: the cache holds one scale a token, so it must "
                          f"be D = {head_dim}, got {quant_block_size!r}")
@@ -166,18 +166,6 @@ def indexer_k_quant_and_cache(k, kv_cache, slot_mapping, quant_block_size, scale
         raise ValueError(f"{op}: slot_mapping: has {slot_mapping.shape[0]} entries but k has "
                          f"{tokens} tokens")
     # DeepGEMM's view [num_blocks, block_size, 1, D + 4], which states the page size.
-    view = kv_cache.unsqueeze(-2) if callable(getattr(kv_cache, "unsqueeze", None)) else (
-        kv_cache.reshape(blocks, block_size, 1, width) if kv_cache.flags.c_contiguous else
-        _numpy_page_view(kv_cache))
-    ops.store_index_keys(k, slot_mapping, view,
+    ops.store_index_keys(k, slot_mapping, kv_cache[:, :, None, :],
                          power_of_two_scales=_FP8_SCALE_FORMATS[scale_fmt], key_format="fp8")
     return kv_cache
-
-
-def _numpy_page_view(cache):
-    """[num_blocks, block_size, 1, W] view of a numpy cache whose blocks are strided."""
-    from numpy.lib.stride_tricks import as_strided
-
-    blocks, block_size, width = cache.shape
-    page, row, byte = cache.strides
-    return as_strided(cache, shape=(blocks, block_size, 1, width), strides=(page, row, row, byte))
