@@ -43,24 +43,18 @@ constexpr std::int64_t kPagedTargetPrefix = 32768;
 // The formats of a grid (--key-format, --query-format, --page-size): the
 // paged form's cache layout, whose format is the contiguous keys' too, and
 // the queries' format.
-struct PrefillFormats {
-  dsa::KeyCacheLayout cache{kHeadDim, dsa::kDefaultPageTokens, dsa::KeyFormat::fp8_e4m3};
-  dsa::KeyFormat query_format = dsa::KeyFormat::fp8_e4m3;
+struct PrefillFormats : OperandFormats {
+  int page_tokens = dsa::kDefaultPageTokens;
 
-  bool fp4_keys() const { return cache.format == dsa::KeyFormat::fp4_e2m1; }
-  bool fp4_queries() const { return query_format == dsa::KeyFormat::fp4_e2m1; }
-  std::int64_t key_bytes() const { return cache.code_bytes(); }
-  std::int64_t query_bytes() const { return fp4_queries() ? kHeadDim / 2 : kHeadDim; }
-  dsa::DType key_dtype() const { return fp4_keys() ? dsa::DType::uint8 : dsa::DType::float8_e4m3; }
-  dsa::DType query_dtype() const { return fp4_queries() ? dsa::DType::uint8 : dsa::DType::float8_e4m3; }
-  dsa::DType key_scale_dtype() const { return fp4_keys() ? dsa::DType::int32 : dsa::DType::float32; }
+  dsa::KeyCacheLayout cache() const { return {kHeadDim, page_tokens, key_format}; }
   const char* inputs() const;
 };
 
 PrefillFormats formats_of(const Options& options) {
   PrefillFormats formats;
-  formats.cache = {kHeadDim, options.page_size, options.key_format};
+  formats.key_format = options.key_format;
   formats.query_format = options.resolved_query_format();
+  formats.page_tokens = options.page_size;
   return formats;
 }
 
@@ -381,15 +375,15 @@ struct PointTensors {
     dsa::LogitsOptions options;
     options.clean_logits = true;
     options.path = dsa::LogitsPath::native;
-    options.page_size = formats.cache.page_tokens;
-    options.key_format = formats.cache.format;
+    options.page_size = formats.page_tokens;
+    options.key_format = formats.key_format;
     options.request_offsets = offsets_view(c);
     if (formats.fp4_queries()) {
       options.q_block_scales = chunk_view(q_block_scales, c, dsa::DType::int32, heads, {r, 1, heads});
     }
     return dsa::paged_mqa_logits(
         chunk_view(q_sets.at(run), c, formats.query_dtype(), heads * query_bytes, {r, 1, heads, query_bytes}),
-        cache_sets.at(run).view(dsa::DType::uint8, {num_pages, formats.cache.min_page_bytes()}),
+        cache_sets.at(run).view(dsa::DType::uint8, {num_pages, formats.cache().min_page_bytes()}),
         chunk_view(weights, c, dsa::DType::float32, heads, {r, heads}),
         chunk_view(lengths, c, dsa::DType::int32, 1, {r}), block_table.view(dsa::DType::int32, {1, max_blocks}),
         schedule_view(c), kv, logits.view(dsa::DType::float32, {r, kv}), options, ctx);
@@ -400,10 +394,10 @@ struct PointTensors {
   dsa::Status gather(int run, const dsa::ExecContext& ctx) const {
     const auto* table = static_cast<const std::int32_t*>(block_table.data());
     if (device.type == dsa::DeviceType::cuda) {
-      return gather_request_keys_on_device(formats.cache, table, point.kv(), cache_sets.at(run).data(),
+      return gather_request_keys_on_device(formats.cache(), table, point.kv(), cache_sets.at(run).data(),
                                            gathered_keys.data(), gathered_scales.data(), ctx.stream);
     }
-    gather_request_keys(formats.cache, table, point.kv(), static_cast<const std::uint8_t*>(cache_sets.at(run).data()),
+    gather_request_keys(formats.cache(), table, point.kv(), static_cast<const std::uint8_t*>(cache_sets.at(run).data()),
                         static_cast<std::uint8_t*>(gathered_keys.data()), gathered_scales.data());
     return {};
   }
@@ -439,12 +433,12 @@ dsa::Status prepare_point(const Bench& bench, const PrefillInputs& in, std::uint
   // One request of S rows over a prefix of P: its causal lengths are the
   // contiguous form's ke (ks = 0), its slots hold keys [0, S_kv).
   const WorkloadLayout layout =
-      layout_for_prefixes({static_cast<std::int32_t>(point.prefix)}, static_cast<int>(seq), t->formats.cache.page_tokens,
+      layout_for_prefixes({static_cast<std::int32_t>(point.prefix)}, static_cast<int>(seq), t->formats.page_tokens,
                           seed);
   t->num_pages = layout.num_pages;
   t->max_blocks = layout.max_blocks;
-  std::vector<std::uint8_t> cache(static_cast<std::size_t>(layout.num_pages * t->formats.cache.min_page_bytes()));
-  write_cache_tokens(t->formats.cache, layout.slot_mapping, in.keys.data(), in.key_scales.data(), cache.data());
+  std::vector<std::uint8_t> cache(static_cast<std::size_t>(layout.num_pages * t->formats.cache().min_page_bytes()));
+  write_cache_tokens(t->formats.cache(), layout.slot_mapping, in.keys.data(), in.key_scales.data(), cache.data());
   const dsa::Status uploaded = [&]() -> dsa::Status {
     DSA_RETURN_IF_ERROR(upload(in.q, device, &t->q));
     DSA_RETURN_IF_ERROR(upload(in.q_block_scales, device, &t->q_block_scales));
@@ -762,16 +756,16 @@ void describe_workload(std::FILE* text, Json* document, const Bench& bench, cons
   Json& parameters = document->set("parameters", Json::object());
   parameters.set("grid", grid);
   parameters.set("head_dim", kHeadDim);
-  parameters.set("key_format", dsa::key_format_name(formats.cache.format));
+  parameters.set("key_format", dsa::key_format_name(formats.key_format));
   parameters.set("query_format", dsa::key_format_name(formats.query_format));
-  parameters.set("page_size", formats.cache.page_tokens);
+  parameters.set("page_size", formats.page_tokens);
   parameters.set("form", "contiguous keys (prefix then new tokens), full float32 logits [S, S_kv], clean_logits");
   parameters.set("paged_form",
                  format("paged_mqa_logits over a cache of %d-token %s pages holding the same keys and scales in "
                         "random page order, one request of the S new tokens (request_offsets [0, S], lengths "
                         "P + i + 1, native path, schedule planned once outside the timed runs), max_context_len "
                         "S_kv: the same logits",
-                        formats.cache.page_tokens, dsa::key_format_name(formats.cache.format)));
+                        formats.page_tokens, dsa::key_format_name(formats.key_format)));
   parameters.set("gather_contiguous_form", "the request's keys and scales gathered out of its pages into a "
                                            "contiguous run, then the contiguous form, timed together");
   parameters.set("paged_speedup_target",
@@ -802,7 +796,7 @@ void describe_workload(std::FILE* text, Json* document, const Bench& bench, cons
                      "keys [0, P + i + 1)), D=%d; mqa_logits writes full float32 logits [S, S_kv] with "
                      "clean_logits, as DeepGEMM's fp8_mqa_logits test runs it; %s queries, %s keys (%s); "
                      "median of %d run%s%s%s\n",
-               kHeadDim, dsa::key_format_name(formats.query_format), dsa::key_format_name(formats.cache.format),
+               kHeadDim, dsa::key_format_name(formats.query_format), dsa::key_format_name(formats.key_format),
                formats.inputs(), bench.iters, bench.iters == 1 ? "" : "s",
                bench.gpu() ? " (CUDA events around the enqueued work), queries, keys and cache rotated over >= 2 "
                              "copies"
@@ -817,7 +811,7 @@ void describe_workload(std::FILE* text, Json* document, const Bench& bench, cons
                      "pages, then mqa_logits, timed together; g+c/pg = gather+c / paged (target: >= %.1f at "
                      "P >= %s); paged=c = the paged logits against the contiguous ones (bitwise, or the max "
                      "relative error)\n",
-               formats.cache.page_tokens, kPagedSpeedupTarget, context_label(kPagedTargetPrefix).c_str());
+               formats.page_tokens, kPagedSpeedupTarget, context_label(kPagedTargetPrefix).c_str());
 }
 
 }  // namespace

@@ -44,36 +44,24 @@ dsa::Status upload(const std::vector<T>& values, dsa::Device device, Buffer* out
 // each of the two fp8, or fp4 (--key-format, --query-format) packed e2m1
 // codes with ue8m0 block-scale words.
 struct PrefillInputs {
-  dsa::KeyFormat key_format = dsa::KeyFormat::fp8_e4m3;
-  dsa::KeyFormat query_format = dsa::KeyFormat::fp8_e4m3;
-  std::int64_t key_bytes = 0;                // bytes of one key: D (fp8) or D / 2 (fp4)
-  std::int64_t query_bytes = 0;              // bytes of one query head, likewise
-  std::vector<std::uint8_t> q;               // [S, H, query_bytes]
+  OperandFormats formats;
+  std::vector<std::uint8_t> q;               // [S, H, query bytes]
   std::vector<std::int32_t> q_block_scales;  // fp4 queries: [S, H]
   std::vector<float> weights;                // [S, H], the fp8 q scale folded in
-  std::vector<std::uint8_t> keys;            // [S_kv, key_bytes]
+  std::vector<std::uint8_t> keys;            // [S_kv, key bytes]
   std::vector<std::uint32_t> key_scales;     // [S_kv]: fp32 scales (fp8) or scale words (fp4), as bits
   std::vector<std::int32_t> ks, ke;          // [S]
   std::vector<std::int32_t> lengths;         // [S] ke - ks
-
-  bool fp4_keys() const { return key_format == dsa::KeyFormat::fp4_e2m1; }
-  bool fp4_queries() const { return query_format == dsa::KeyFormat::fp4_e2m1; }
-  dsa::DType key_dtype() const { return fp4_keys() ? dsa::DType::uint8 : dsa::DType::float8_e4m3; }
-  dsa::DType query_dtype() const { return fp4_queries() ? dsa::DType::uint8 : dsa::DType::float8_e4m3; }
-  dsa::DType key_scale_dtype() const { return fp4_keys() ? dsa::DType::int32 : dsa::DType::float32; }
 };
 
 dsa::Status make_prefill_inputs(std::int64_t seq, std::int64_t prefix, int heads, std::uint64_t seed,
-                                dsa::KeyFormat key_format, dsa::KeyFormat query_format, PrefillInputs* out) {
+                                const OperandFormats& formats, PrefillInputs* out) {
   const std::int64_t dim = kHeadDim;
   const std::int64_t kv = prefix + seq;
   dsa::ExecContext host;
   host.backend = dsa::Backend::cpu;
-  out->key_format = key_format;
-  out->query_format = query_format;
-  const dsa::KeyCacheLayout cache_layout{static_cast<int>(dim), kStorePage, key_format};
-  out->key_bytes = cache_layout.code_bytes();
-  out->query_bytes = dsa::KeyCacheLayout{static_cast<int>(dim), kStorePage, query_format}.code_bytes();
+  out->formats = formats;
+  const dsa::KeyCacheLayout cache_layout{static_cast<int>(dim), kStorePage, formats.key_format};
 
   WorkloadShape query_shape;
   query_shape.batch = seq;
@@ -81,13 +69,13 @@ dsa::Status make_prefill_inputs(std::int64_t seq, std::int64_t prefix, int heads
   query_shape.heads = heads;
   query_shape.seed = seed;
   HostInputs queries = make_host_queries(query_shape);
-  const std::int64_t query_bytes = out->query_bytes;
+  const std::int64_t query_bytes = formats.query_bytes();
   out->q.resize(static_cast<std::size_t>(seq * heads * query_bytes));
   out->weights.resize(static_cast<std::size_t>(seq * heads));
   const dsa::TensorView q_in = dsa::make_view(queries.queries.data(), dsa::DType::bfloat16, {seq, 1, heads, dim});
   const dsa::TensorView gate = dsa::make_view(queries.head_gate.data(), dsa::DType::bfloat16, {seq, heads});
   const dsa::TensorView weights_out = dsa::make_view(out->weights.data(), dsa::DType::float32, {seq, heads});
-  if (out->fp4_queries()) {
+  if (formats.fp4_queries()) {
     out->q_block_scales.resize(static_cast<std::size_t>(seq * heads));
     DSA_RETURN_IF_ERROR(in_stage(
         "quantize_queries_fp4",
@@ -119,13 +107,13 @@ dsa::Status make_prefill_inputs(std::int64_t seq, std::int64_t prefix, int heads
   DSA_RETURN_IF_ERROR(Buffer::allocate(static_cast<std::size_t>(pages * cache_layout.min_page_bytes()), {}, &cache));
   dsa::StoreKeysOptions store;
   store.page_size = kStorePage;
-  store.key_format = key_format;
+  store.key_format = formats.key_format;
   DSA_RETURN_IF_ERROR(in_stage(
       "store_index_keys",
       dsa::store_index_keys(dsa::make_view(keys.keys.data(), dsa::DType::bfloat16, {kv, dim}),
                             dsa::make_view(layout.slot_mapping.data(), dsa::DType::int32, {kv}),
                             cache.view(dsa::DType::uint8, {pages, cache_layout.min_page_bytes()}), store, host)));
-  out->keys.resize(static_cast<std::size_t>(kv * out->key_bytes));
+  out->keys.resize(static_cast<std::size_t>(kv * formats.key_bytes()));
   out->key_scales.resize(static_cast<std::size_t>(kv));
   std::vector<std::int32_t> pages_in_order(static_cast<std::size_t>(pages));
   std::iota(pages_in_order.begin(), pages_in_order.end(), 0);
@@ -147,6 +135,8 @@ dsa::Status make_prefill_inputs(std::int64_t seq, std::int64_t prefix, int heads
 // (rows are independent).
 dsa::Status reference_logits(PrefillInputs& in, std::int64_t seq, int heads, std::int64_t width,
                              std::int64_t stride, const dsa::MqaLogitsOptions& options, std::vector<float>* logits) {
+  const OperandFormats& f = in.formats;
+  const std::int64_t query_bytes = f.query_bytes();
   const std::int64_t kv = static_cast<std::int64_t>(in.key_scales.size());
   logits->assign(static_cast<std::size_t>(seq * stride), 0.0f);
   dsa::ExecContext ctx;
@@ -155,14 +145,14 @@ dsa::Status reference_logits(PrefillInputs& in, std::int64_t seq, int heads, std
   return run_in_slices(seq, [&](std::int64_t first, std::int64_t end) {
     const std::int64_t rows = end - first;
     dsa::MqaLogitsOptions slice_options = options;
-    if (in.fp4_queries()) {
+    if (in.formats.fp4_queries()) {
       slice_options.q_block_scales =
           dsa::make_view(in.q_block_scales.data() + first * heads, dsa::DType::int32, {rows, heads});
     }
     return dsa::mqa_logits(
-          dsa::make_view(in.q.data() + first * heads * in.query_bytes, in.query_dtype(), {rows, heads, in.query_bytes}),
-          dsa::make_view(in.keys.data(), in.key_dtype(), {kv, in.key_bytes}),
-          dsa::make_view(in.key_scales.data(), in.key_scale_dtype(), {kv}),
+          dsa::make_view(in.q.data() + first * heads * query_bytes, f.query_dtype(), {rows, heads, query_bytes}),
+          dsa::make_view(in.keys.data(), f.key_dtype(), {kv, f.key_bytes()}),
+          dsa::make_view(in.key_scales.data(), f.key_scale_dtype(), {kv}),
           dsa::make_view(in.weights.data() + first * heads, dsa::DType::float32, {rows, heads}),
           dsa::make_view(in.ks.data() + first, dsa::DType::int32, {rows}),
           dsa::make_view(in.ke.data() + first, dsa::DType::int32, {rows}),
@@ -197,13 +187,13 @@ dsa::Status execute_prefill(const Options& options, std::FILE* text, Json* docum
   const std::int64_t stride = width;
 
   PrefillInputs in;
-  DSA_RETURN_IF_ERROR(make_prefill_inputs(seq, prefix, heads, options.seed, options.key_format,
-                                          options.resolved_query_format(), &in));
+  const OperandFormats formats{options.key_format, options.resolved_query_format()};
+  DSA_RETURN_IF_ERROR(make_prefill_inputs(seq, prefix, heads, options.seed, formats, &in));
   double sum_lengths = 0;
   for (const std::int32_t length : in.lengths) sum_lengths += length;
   const double flops = 2.0 * heads * static_cast<double>(dim) * sum_lengths;
-  const double logits_bytes = static_cast<double>(kv) * static_cast<double>(in.key_bytes + 4) +
-                              static_cast<double>(seq) * heads * (static_cast<double>(in.query_bytes) + 4) + 8.0 * seq +
+  const double logits_bytes = static_cast<double>(kv) * static_cast<double>(formats.key_bytes() + 4) +
+                              static_cast<double>(seq) * heads * (static_cast<double>(formats.query_bytes()) + 4) + 8.0 * seq +
                               4.0 * static_cast<double>(seq) * static_cast<double>(width);
   const double topk_bytes = 4.0 * sum_lengths + 8.0 * seq + 4.0 * static_cast<double>(seq) * k;
 
@@ -236,11 +226,11 @@ dsa::Status execute_prefill(const Options& options, std::FILE* text, Json* docum
   logits_options.clean_logits = true;
   logits_options.compressed = compressed;
   logits_options.max_seqlen_k = compressed ? kv : 0;
-  const dsa::TensorView q_view = q.view(in.query_dtype(), {seq, heads, in.query_bytes});
-  const dsa::TensorView keys_view = keys.view(in.key_dtype(), {kv, in.key_bytes});
-  const dsa::TensorView scales_view = key_scales.view(in.key_scale_dtype(), {kv});
+  const dsa::TensorView q_view = q.view(formats.query_dtype(), {seq, heads, formats.query_bytes()});
+  const dsa::TensorView keys_view = keys.view(formats.key_dtype(), {kv, formats.key_bytes()});
+  const dsa::TensorView scales_view = key_scales.view(formats.key_scale_dtype(), {kv});
   dsa::MqaLogitsOptions device_logits_options = logits_options;
-  if (in.fp4_queries()) device_logits_options.q_block_scales = q_block_scales.view(dsa::DType::int32, {seq, heads});
+  if (formats.fp4_queries()) device_logits_options.q_block_scales = q_block_scales.view(dsa::DType::int32, {seq, heads});
   const dsa::TensorView weights_view = weights.view(dsa::DType::float32, {seq, heads});
   const dsa::TensorView ks_view = ks.view(dsa::DType::int32, {seq});
   const dsa::TensorView ke_view = ke.view(dsa::DType::int32, {seq});
@@ -264,8 +254,8 @@ dsa::Status execute_prefill(const Options& options, std::FILE* text, Json* docum
   shape_json.set("seed", static_cast<std::int64_t>(options.seed));
   shape_json.set("ranges", "causal: ks = 0, ke = prefix + i + 1");
   shape_json.set("form", compressed ? "compressed" : "full");
-  shape_json.set("key_format", dsa::key_format_name(in.key_format));
-  shape_json.set("query_format", dsa::key_format_name(in.query_format));
+  shape_json.set("key_format", dsa::key_format_name(formats.key_format));
+  shape_json.set("query_format", dsa::key_format_name(formats.query_format));
   shape_json.set("clean_logits", true);
   shape_json.set("logits_columns", width);
 
@@ -275,7 +265,7 @@ dsa::Status execute_prefill(const Options& options, std::FILE* text, Json* docum
                "workload: S=%lld new tokens over a prefix of P=%lld (S_kv=%lld) H=%d D=%lld k=%d; "
                "causal ranges [0, P + i + 1); %s queries, %s keys; %s logits of %lld columns, clean\n",
                static_cast<long long>(seq), static_cast<long long>(prefix), static_cast<long long>(kv), heads,
-               static_cast<long long>(dim), k, dsa::key_format_name(in.query_format), dsa::key_format_name(in.key_format),
+               static_cast<long long>(dim), k, dsa::key_format_name(formats.query_format), dsa::key_format_name(formats.key_format),
                compressed ? "compressed" : "full",
                static_cast<long long>(width));
 

@@ -31,6 +31,22 @@ struct WorkloadShape {
   dsa::KeyCacheLayout cache_layout() const { return {head_dim, page_tokens, key_format}; }
 };
 
+// The formats of the scoring operands: fp8 codes (keys with float32 scales),
+// or fp4 packed e2m1 codes with ue8m0 scale words, for keys and queries apart.
+struct OperandFormats {
+  dsa::KeyFormat key_format = dsa::KeyFormat::fp8_e4m3;
+  dsa::KeyFormat query_format = dsa::KeyFormat::fp8_e4m3;
+
+  bool fp4_keys() const { return key_format == dsa::KeyFormat::fp4_e2m1; }
+  bool fp4_queries() const { return query_format == dsa::KeyFormat::fp4_e2m1; }
+  // Bytes of one key, of one query head: D (fp8) or D / 2 (fp4).
+  std::int64_t key_bytes() const { return fp4_keys() ? kHeadDim / 2 : kHeadDim; }
+  std::int64_t query_bytes() const { return fp4_queries() ? kHeadDim / 2 : kHeadDim; }
+  dsa::DType key_dtype() const { return fp4_keys() ? dsa::DType::uint8 : dsa::DType::float8_e4m3; }
+  dsa::DType query_dtype() const { return fp4_queries() ? dsa::DType::uint8 : dsa::DType::float8_e4m3; }
+  dsa::DType key_scale_dtype() const { return fp4_keys() ? dsa::DType::int32 : dsa::DType::float32; }
+};
+
 // Lengths and the paged layout, shared by every input set of a workload.
 struct WorkloadLayout {
   std::vector<std::int32_t> prefix_lens;   // [B] committed lengths
