@@ -917,12 +917,15 @@ __device__ __forceinline__ int turned_row(int thread) { return thread / 2; }
 // `word` is this thread's row's scale word (turned_row); a row not `scored`
 // (past every row's length, or of a refused page) has stale bytes and unused
 // products. Blocks whose codes are all zero take no part in the exponents. A
-// stage with a scored row e5m2 cannot hold (e5m2_holds_fp4_row) is left as
-// it is and false returned (score_fp4_stage_exactly then scores it). Every
-// thread of the consumer warpgroup calls it; `barrier` is the warpgroup's
-// named barrier.
-__device__ __forceinline__ bool turn_fp4_stage(unsigned char* keys, std::uint32_t word, bool scored, float* scales,
-                                               int thread, int barrier) {
+// stage with a scored row e5m2 cannot hold (e5m2_holds_fp4_row), or any
+// stage with `exact_only` (queries the products cannot hold), is left as it
+// is and false returned (score_fp4_stage_exactly then scores it), after the
+// same barrier. Every thread of the consumer warpgroup calls it; `barrier` is
+// the warpgroup's named barrier, which also orders the caller's shared writes
+// made before the call (the prefill kernel's scale words) ahead of the exact
+// path's reads.
+__device__ __forceinline__ bool turn_fp4_stage(unsigned char* keys, std::uint32_t word, bool scored, bool exact_only,
+                                               float* scales, int thread, int barrier) {
   const int row = turned_row(thread), half = thread % 2;
   const auto* codes = reinterpret_cast<const uint4*>(keys + kStageCodesOffset<true> + row * kKeyRowBytes<true> +
                                                      half * kKeyRowBytes<true> / 2);
@@ -933,7 +936,7 @@ __device__ __forceinline__ bool turn_fp4_stage(unsigned char* keys, std::uint32_
   used_blocks |= __shfl_xor_sync(0xffffffffu, used_blocks, 1);  // the row's other half
   const Fp4RowExponents exponents = fp4_row_exponents(word, used_blocks);
   const int top = exponents.top;
-  const bool inexact = scored && !e5m2_holds_fp4_row(exponents, used_blocks);
+  const bool inexact = exact_only || (scored && !e5m2_holds_fp4_row(exponents, used_blocks));
   // Also orders every thread's reads of the codes before any row is written.
   if (ptx::named_barrier_or(barrier, kWarpgroupThreads, inexact)) return false;
   const uint4 halves[2] = {first, second};
@@ -1123,8 +1126,8 @@ __device__ __forceinline__ void consume(const LogitsKernelParams& p, unsigned ch
         const bool scored = row < stage.loaded_rows && row < rows_scored &&
                             !(row >= stage.refused_begin && row < stage.refused_end);
         // A load of queries the products cannot hold exactly leaves every stage untouched.
-        turned = !(kFp4Queries && query.exact_only) &&
-                 turn_fp4_stage(Layout::page_keys(smem, slot), word, scored, scales, thread, 1 + consumer);
+        turned = turn_fp4_stage(Layout::page_keys(smem, slot), word, scored, kFp4Queries && query.exact_only, scales,
+                                thread, 1 + consumer);
       }
       PageContext page;
       page.keys = Layout::page_keys(smem, slot);

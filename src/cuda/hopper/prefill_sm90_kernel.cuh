@@ -255,14 +255,8 @@ __global__ void __launch_bounds__(PrefillLayout<kHeads>::kThreads, 1)
       if constexpr (kFp4Keys) {
         // The words stay for the exact path when the tile is not turned.
         if (consumer_thread % 2 == 0) reinterpret_cast<std::uint32_t*>(scales)[turned_row(consumer_thread)] = word;
-        if (exact_only) {
-          // Every row's word is read by the exact path's warps.
-          ptx::named_barrier_sync(1 + consumer, kWarpgroupThreads);
-          turned = false;
-        } else {
-          turned = turn_fp4_stage(smem + Layout::keys + slot * kStageKeyBytes, word, turned_key < p.num_keys,
-                                  scales, consumer_thread, 1 + consumer);
-        }
+        turned = turn_fp4_stage(smem + Layout::keys + slot * kStageKeyBytes, word, turned_key < p.num_keys,
+                                exact_only, scales, consumer_thread, 1 + consumer);
         scale_upper = scales[16 * warp + lane / 4];
         scale_lower = scales[16 * warp + lane / 4 + 8];
       }
