@@ -109,23 +109,20 @@ struct PrefillInputs {
   std::vector<std::int32_t> lengths;         // [S] ke - ks
 };
 
-void fill_e4m3(std::vector<std::uint8_t>& bytes, std::mt19937_64& random) {
-  // Eight bytes a draw; clearing bit 6 keeps the exponent field below 8,
-  // which also rules out the NaN codes.
+// Random bytes, eight a draw, each ANDed with `mask`.
+void fill_bytes(std::vector<std::uint8_t>& bytes, std::mt19937_64& random, std::uint8_t mask) {
   for (std::size_t i = 0; i < bytes.size(); i += 8) {
     std::uint64_t bits = random();
     for (std::size_t j = i; j < std::min(i + 8, bytes.size()); ++j, bits >>= 8) {
-      bytes[j] = static_cast<std::uint8_t>(bits & 0xBF);
+      bytes[j] = static_cast<std::uint8_t>(bits & mask);
     }
   }
 }
 
-void fill_bytes(std::vector<std::uint8_t>& bytes, std::mt19937_64& random) {
-  for (std::size_t i = 0; i < bytes.size(); i += 8) {
-    std::uint64_t bits = random();
-    for (std::size_t j = i; j < std::min(i + 8, bytes.size()); ++j, bits >>= 8) bytes[j] = static_cast<std::uint8_t>(bits);
-  }
-}
+// e4m3 codes: clearing bit 6 keeps the exponent field below 8, which also
+// rules out the NaN codes. Every byte is two e2m1 codes.
+constexpr std::uint8_t kE4m3Mask = 0xBF;
+constexpr std::uint8_t kE2m1Mask = 0xFF;
 
 // A ue8m0 scale word: four block exponents in [low, low + 4], so that a row's
 // blocks stay within the range the Hopper kernels turn into e5m2 exactly.
@@ -140,16 +137,8 @@ PrefillInputs make_inputs(const PrefillPoint& point, const PrefillFormats& forma
   std::mt19937_64 random(seed);
   in.q.resize(static_cast<std::size_t>(point.seq * point.heads * formats.query_bytes()));
   in.keys.resize(static_cast<std::size_t>(point.kv() * formats.key_bytes()));
-  if (formats.fp4_queries()) {
-    fill_bytes(in.q, random);
-  } else {
-    fill_e4m3(in.q, random);
-  }
-  if (formats.fp4_keys()) {
-    fill_bytes(in.keys, random);
-  } else {
-    fill_e4m3(in.keys, random);
-  }
+  fill_bytes(in.q, random, formats.fp4_queries() ? kE2m1Mask : kE4m3Mask);
+  fill_bytes(in.keys, random, formats.fp4_keys() ? kE2m1Mask : kE4m3Mask);
   std::uniform_real_distribution<float> weight(-1.0f, 1.0f), scale(0.5f / 448, 2.0f / 448);
   in.weights.resize(static_cast<std::size_t>(point.seq * point.heads));
   for (float& w : in.weights) w = weight(random);
