@@ -48,6 +48,8 @@ library finds in the data name the arguments of dsa_indexer.topk (lengths: the r
 candidate counts, row_ends - row_starts for the prefill form) and store_index_keys.
 """
 
+import math
+
 from .. import _frameworks as fw
 from .. import ops
 from ._arguments import check_rank as _shape
@@ -63,7 +65,8 @@ def _strides(array):
 
 
 def _selection(op, logits, indices, num_rows, stride0, stride1, top_k):
-    """Checks the arguments every top-k form shares; returns (rows, k)."""
+    """Checks the arguments every top-k form shares (stride0 and stride1 None where the
+    form takes no strides); returns (rows, k)."""
     logits_shape = _shape(op, "logits", logits, 2, "[rows, N]")
     indices_shape = _shape(op, "indices", indices, 2, "[rows, top_k]")
     rows = int(num_rows)
@@ -75,7 +78,7 @@ def _selection(op, logits, indices, num_rows, stride0, stride1, top_k):
         raise ValueError(f"{op}: top_k: must be in 1 .. {min(ops.MAX_TOPK, indices_shape[1])} "
                          f"(at most {ops.MAX_TOPK} and the columns of indices), got {top_k!r}")
     actual = _strides(logits)
-    if (int(stride0), int(stride1)) != actual:
+    if stride0 is not None and (int(stride0), int(stride1)) != actual:
         raise ValueError(f"{op}: stride0, stride1: must be the logits' strides {actual}, got "
                          f"({stride0}, {stride1})")
     if actual[1] != 1 and logits_shape[1] > 1:
@@ -136,12 +139,9 @@ def persistent_topk(logits, lengths, output, workspace, k, max_seq_len):
     returns output (workspace and max_seq_len are not read)."""
     del workspace, max_seq_len
     op = "persistent_topk"
-    rows, k = _selection(op, logits, output, logits.shape[0], *_strides(logits), k)
+    rows, k = _selection(op, logits, output, logits.shape[0], None, None, k)
     shape = getattr(lengths, "shape", None)
-    count = 1
-    for extent in shape or ():
-        count *= extent
-    if shape is None or len(shape) not in (1, 2) or count != rows:
+    if shape is None or len(shape) not in (1, 2) or math.prod(shape) != rows:
         raise ValueError(f"{op}: lengths: expected [rows] or [B, next_n] with one entry a row "
                          f"({rows}), got {None if shape is None else tuple(shape)}")
     return _run_topk(logits, lengths.reshape(-1), k, output, rows)
