@@ -168,7 +168,8 @@ Status context_lens_op(const char* op, detail::LengthConvention convention, cons
                        int next_n, const TensorView& out, const ExecContext& ctx,
                        const TensorView& request_offsets = {}) {
   detail::LengthsProblem p;
-  DSA_RETURN_IF_ERROR(detail::validate_context_lens(op, convention, input, next_n, out, request_offsets, &p));
+  DSA_RETURN_IF_ERROR(
+      detail::validate_context_lens(op, convention, input, next_n, "out", out, request_offsets, &p));
   Engine engine;
   DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, &engine));
   if (!is_cuda_engine(engine)) return run_cpu(op, [&] { return cpu::context_lens(p, ctx); });
@@ -239,12 +240,33 @@ Status plan_schedule(const TensorView& context_lens, int num_workers, LogitsPath
   const char* op = "plan_schedule";
   detail::ScheduleProblem p;
   DSA_RETURN_IF_ERROR(
-      detail::validate_plan_schedule(context_lens, num_workers, path, schedule, request_offsets, &p));
+      detail::validate_plan_schedule(op, context_lens, num_workers, path, schedule, request_offsets, &p));
   p.path = resolve_path(path, p.next_n, kModelHeads, kModelHeadDim, p.device, ctx, p.varlen.offsets != nullptr);
   Engine engine;
   DSA_RETURN_IF_ERROR(select_engine(op, p.device, ctx, &engine));
   if (!is_cuda_engine(engine)) return run_cpu(op, [&] { return cpu::plan_schedule(p, ctx); });
   return run_cuda(op, p.device, ctx, cuda::workspace_bytes_basic(), [&] { return cuda::plan_schedule(p, ctx); },
+                  cuda::RecordClear::by_first_kernel);
+}
+
+Status context_lens_and_schedule(LengthConvention convention, const TensorView& lens, int next_n,
+                                 const TensorView& context_lens, int num_workers, LogitsPath path,
+                                 const TensorView& schedule, const ExecContext& ctx,
+                                 const TensorView& request_offsets) {
+  const char* op = "context_lens_and_schedule";
+  detail::LengthsProblem lengths;
+  detail::ScheduleProblem plan;
+  DSA_RETURN_IF_ERROR(detail::validate_context_lens_and_schedule(
+      convention, lens, next_n, context_lens, num_workers, path, schedule, request_offsets, &lengths, &plan));
+  plan.path =
+      resolve_path(path, plan.next_n, kModelHeads, kModelHeadDim, plan.device, ctx, plan.varlen.offsets != nullptr);
+  Engine engine;
+  DSA_RETURN_IF_ERROR(select_engine(op, plan.device, ctx, &engine));
+  if (!is_cuda_engine(engine)) {
+    return run_cpu(op, [&] { return cpu::context_lens_and_schedule(lengths, plan, ctx); });
+  }
+  return run_cuda(op, plan.device, ctx, cuda::workspace_bytes_basic(),
+                  [&] { return cuda::context_lens_and_schedule(lengths, plan, ctx); },
                   cuda::RecordClear::by_first_kernel);
 }
 

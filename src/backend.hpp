@@ -24,6 +24,8 @@ Status store_index_keys(const StoreKeysProblem& p, bool parallel, const ExecCont
 Status quantize_queries(const QuantizeQueriesProblem& p, bool parallel, const ExecContext& ctx);
 Status context_lens(const LengthsProblem& p, const ExecContext& ctx);
 Status plan_schedule(const ScheduleProblem& p, const ExecContext& ctx);
+// plan's lengths are lengths' output.
+Status context_lens_and_schedule(const LengthsProblem& lengths, const ScheduleProblem& plan, const ExecContext& ctx);
 Status paged_mqa_logits(const LogitsProblem& p, bool parallel, const ExecContext& ctx);
 Status mqa_logits(const MqaLogitsProblem& p, bool parallel, const ExecContext& ctx);
 // Host-side plan of mqa_logits calls (dsa::plan_mqa_logits_chunks); p's
@@ -86,8 +88,11 @@ inline constexpr int kStageTokens = 64;
 Status store_index_keys(const StoreKeysProblem& p, const ExecContext& ctx);
 Status quantize_queries(const QuantizeQueriesProblem& p, const ExecContext& ctx);
 Status context_lens(const LengthsProblem& p, const ExecContext& ctx);
-// Clears the error record itself (RecordClear::by_first_kernel).
+// Both clear the error record themselves (RecordClear::by_first_kernel);
+// the second builds plan's lengths (lengths' output) before it plans, in the
+// same kernel.
 Status plan_schedule(const ScheduleProblem& p, const ExecContext& ctx);
+Status context_lens_and_schedule(const LengthsProblem& lengths, const ScheduleProblem& plan, const ExecContext& ctx);
 // hopper: use the sm_90a kernels (the caller checked hopper_supports()).
 Status paged_mqa_logits(const LogitsProblem& p, bool hopper, const ExecContext& ctx);
 // hopper: use the sm_90a kernel (the caller checked hopper_supports_mqa_logits()).

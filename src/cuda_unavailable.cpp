@@ -44,6 +44,9 @@ Status store_index_keys(const StoreKeysProblem&, const ExecContext&) { return no
 Status quantize_queries(const QuantizeQueriesProblem&, const ExecContext&) { return no_cuda("quantize_queries"); }
 Status context_lens(const LengthsProblem&, const ExecContext&) { return no_cuda("context_lens"); }
 Status plan_schedule(const ScheduleProblem&, const ExecContext&) { return no_cuda("plan_schedule"); }
+Status context_lens_and_schedule(const LengthsProblem&, const ScheduleProblem&, const ExecContext&) {
+  return no_cuda("context_lens_and_schedule");
+}
 Status paged_mqa_logits(const LogitsProblem&, bool, const ExecContext&) { return no_cuda("paged_mqa_logits"); }
 Status mqa_logits(const MqaLogitsProblem&, bool, const ExecContext&) { return no_cuda("mqa_logits"); }
 Status topk(const TopkProblem&, const ExecContext&) { return no_cuda("topk"); }

@@ -122,6 +122,29 @@ Status expect_rows_apart(const char* op, const char* arg, const TensorView& view
   return Status::success();
 }
 
+// Two outputs written by one operation share no byte: the spans from each
+// one's lowest to its highest element are disjoint.
+Status expect_apart(const char* op, const char* arg, const TensorView& view, const char* other_arg,
+                    const TensorView& other) {
+  const auto span_of = [](const TensorView& v) {
+    std::int64_t low = 0, high = 0;  // element offsets
+    for (int d = 0; d < v.ndim; ++d) {
+      if (v.size(d) == 0) return std::pair<std::uintptr_t, std::uintptr_t>{0, 0};
+      (v.stride(d) < 0 ? low : high) += v.stride(d) * (v.size(d) - 1);
+    }
+    const auto base = reinterpret_cast<std::uintptr_t>(v.data);
+    const auto bytes = static_cast<std::int64_t>(dtype_size(v.dtype));
+    return std::pair<std::uintptr_t, std::uintptr_t>{base + low * bytes, base + (high + 1) * bytes};
+  };
+  const auto [first, end] = span_of(view);
+  const auto [other_first, other_end] = span_of(other);
+  if (first < end && other_first < other_end && first < other_end && other_first < end) {
+    return fail(ErrorCode::invalid_argument, op, arg, std::string("shares memory with ") + other_arg + ", got " +
+                                                          view.describe() + " and " + other.describe());
+  }
+  return Status::success();
+}
+
 // An enum argument holds one of its named values (a C++ caller can cast any
 // integer into one).
 Status expect_path(const char* op, const char* arg, LogitsPath path) {
@@ -553,8 +576,8 @@ Status validate_quantize_queries(const TensorView& q, const TensorView& head_gat
 }
 
 Status validate_context_lens(const char* op, LengthConvention convention, const TensorView& input,
-                             int next_n, const TensorView& out, const TensorView& request_offsets,
-                             LengthsProblem* problem) {
+                             int next_n, const char* out_name, const TensorView& out,
+                             const TensorView& request_offsets, LengthsProblem* problem) {
   if (next_n < 1) return fail(ErrorCode::invalid_argument, op, "next_n", "must be >= 1, got " + str(next_n));
   const char* input_name = length_input_name(convention);
   LengthsProblem p;
@@ -566,17 +589,17 @@ Status validate_context_lens(const char* op, LengthConvention convention, const 
                   "must be 1 with request_offsets (every row is one token), got " + str(next_n));
     }
     DSA_RETURN_IF_ERROR(expect_extent(op, input_name, input, 0, p.varlen.requests, "the requests B of request_offsets"));
-    DSA_RETURN_IF_ERROR(check_tensor(op, "out", out, out.ndim == 2 ? 2 : 1, {DType::int32}));
-    if (out.ndim == 2) DSA_RETURN_IF_ERROR(expect_extent(op, "out", out, 1, 1, "1 with request_offsets"));
-    if (out.size(0) > kInt32Max) return fail(ErrorCode::bad_shape, op, "out", "more rows than the int32 range");
+    DSA_RETURN_IF_ERROR(check_tensor(op, out_name, out, out.ndim == 2 ? 2 : 1, {DType::int32}));
+    if (out.ndim == 2) DSA_RETURN_IF_ERROR(expect_extent(op, out_name, out, 1, 1, "1 with request_offsets"));
+    if (out.size(0) > kInt32Max) return fail(ErrorCode::bad_shape, op, out_name, "more rows than the int32 range");
   } else {
-    DSA_RETURN_IF_ERROR(check_tensor(op, "out", out, 2, {DType::int32}));
-    DSA_RETURN_IF_ERROR(expect_extent(op, "out", out, 0, input.size(0), std::string("the length of ") + input_name));
-    DSA_RETURN_IF_ERROR(expect_extent(op, "out", out, 1, next_n, "next_n"));
+    DSA_RETURN_IF_ERROR(check_tensor(op, out_name, out, 2, {DType::int32}));
+    DSA_RETURN_IF_ERROR(expect_extent(op, out_name, out, 0, input.size(0), std::string("the length of ") + input_name));
+    DSA_RETURN_IF_ERROR(expect_extent(op, out_name, out, 1, next_n, "next_n"));
   }
-  DSA_RETURN_IF_ERROR(expect_no_overlap(op, "out", out));
+  DSA_RETURN_IF_ERROR(expect_no_overlap(op, out_name, out));
   DSA_RETURN_IF_ERROR(expect_one_device(
-      op, {{input_name, &input}, {"out", &out}, {"request_offsets", &request_offsets}}));
+      op, {{input_name, &input}, {out_name, &out}, {"request_offsets", &request_offsets}}));
   p.device = input.device;
   p.convention = convention;
   p.batch = input.size(0);
@@ -591,10 +614,9 @@ Status validate_context_lens(const char* op, LengthConvention convention, const 
   return Status::success();
 }
 
-Status validate_plan_schedule(const TensorView& context_lens, int num_workers, LogitsPath path,
+Status validate_plan_schedule(const char* op, const TensorView& context_lens, int num_workers, LogitsPath path,
                               const TensorView& schedule, const TensorView& request_offsets,
                               ScheduleProblem* problem) {
-  const char* op = "plan_schedule";
   DSA_RETURN_IF_ERROR(expect_path(op, "path", path));
   RequestRows varlen;
   DSA_RETURN_IF_ERROR(parse_request_offsets(op, request_offsets, &varlen));
@@ -634,6 +656,26 @@ Status validate_plan_schedule(const TensorView& context_lens, int num_workers, L
   p.schedule = schedule.ptr<std::int32_t>();
   *problem = p;
   return Status::success();
+}
+
+Status validate_context_lens_and_schedule(LengthConvention convention, const TensorView& lens, int next_n,
+                                          const TensorView& context_lens, int num_workers, LogitsPath path,
+                                          const TensorView& schedule, const TensorView& request_offsets,
+                                          LengthsProblem* lengths, ScheduleProblem* plan) {
+  const char* op = "context_lens_and_schedule";
+  if (convention != LengthConvention::causal && convention != LengthConvention::expanded &&
+      convention != LengthConvention::legacy) {
+    return fail(ErrorCode::invalid_argument, op, "convention",
+                "not a LengthConvention value, got " + str(static_cast<std::int64_t>(convention)));
+  }
+  if (convention != LengthConvention::causal && !request_offsets.empty()) {
+    return fail(ErrorCode::invalid_argument, op, "request_offsets",
+                "only the causal convention has the form of requests of uneven row counts");
+  }
+  DSA_RETURN_IF_ERROR(
+      validate_context_lens(op, convention, lens, next_n, "context_lens", context_lens, request_offsets, lengths));
+  DSA_RETURN_IF_ERROR(validate_plan_schedule(op, context_lens, num_workers, path, schedule, request_offsets, plan));
+  return expect_apart(op, "schedule", schedule, "context_lens", context_lens);
 }
 
 Status validate_scoring_inputs(const char* op, const ScoringInputs& in, LogitsProblem* problem) {
@@ -1042,7 +1084,7 @@ Status check_store_keys_slots(const StoreKeysProblem& p) {
 
 Status check_length_inputs(const char* op, const LengthsProblem& p) {
   const char* name = length_input_name(p.convention);
-  if (p.varlen.offsets != nullptr) DSA_RETURN_IF_ERROR(check_request_offsets(op, p.varlen, p.rows, "rows of out"));
+  if (p.varlen.offsets != nullptr) DSA_RETURN_IF_ERROR(check_request_offsets(op, p.varlen, p.rows, "output rows"));
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const std::int64_t length = p.input[b * p.input_stride];
     // The most added to the input: next_n, or with request_offsets the request's rows.
@@ -1124,9 +1166,9 @@ Status check_request_offsets(const char* op, const RequestRows& r, std::int64_t 
   return Status::success();
 }
 
-Status check_schedule_data(const ScheduleProblem& p) {
+Status check_schedule_data(const char* op, const ScheduleProblem& p) {
   if (p.varlen.offsets == nullptr) return Status::success();
-  return check_request_offsets("plan_schedule", p.varlen, p.batch, "rows of context_lens");
+  return check_request_offsets(op, p.varlen, p.batch, "rows of context_lens");
 }
 
 Status check_topk_data(const TopkProblem& p) {

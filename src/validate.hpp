@@ -33,15 +33,25 @@ Status validate_quantize_queries(const TensorView& q, const TensorView& head_gat
                                  const TensorView& weights, const QuantizeQueriesOptions& options,
                                  QuantizeQueriesProblem* problem);
 
-// `op` is the public name of the builder ("causal_context_lens", ...).
+// `op` is the public name of the operation ("causal_context_lens", ...) and
+// `out_name` that of its output argument.
 Status validate_context_lens(const char* op, LengthConvention convention, const TensorView& input,
-                             int next_n, const TensorView& out, const TensorView& request_offsets,
-                             LengthsProblem* problem);
+                             int next_n, const char* out_name, const TensorView& out,
+                             const TensorView& request_offsets, LengthsProblem* problem);
 
-// `path` must already be resolved to native or per_token.
-Status validate_plan_schedule(const TensorView& context_lens, int num_workers, LogitsPath path,
+// `path` must already be resolved to native or per_token; `op` names the
+// operation ("plan_schedule", ...).
+Status validate_plan_schedule(const char* op, const TensorView& context_lens, int num_workers, LogitsPath path,
                               const TensorView& schedule, const TensorView& request_offsets,
                               ScheduleProblem* problem);
+
+// context_lens_and_schedule: the builder's rules and the planner's, over
+// context_lens as the builder's output and the planner's input (`path`
+// resolved), and a schedule apart from context_lens.
+Status validate_context_lens_and_schedule(LengthConvention convention, const TensorView& lens, int next_n,
+                                          const TensorView& context_lens, int num_workers, LogitsPath path,
+                                          const TensorView& schedule, const TensorView& request_offsets,
+                                          LengthsProblem* lengths, ScheduleProblem* plan);
 
 // The inputs paged_mqa_logits and index_topk share.
 struct ScoringInputs {
@@ -90,7 +100,7 @@ Status check_store_keys_slots(const StoreKeysProblem& p);
 Status check_length_inputs(const char* op, const LengthsProblem& p);
 // request_offsets non-decreasing from 0 to `rows` (`rows_meaning` names them).
 Status check_request_offsets(const char* op, const RequestRows& r, std::int64_t rows, const char* rows_meaning);
-Status check_schedule_data(const ScheduleProblem& p);
+Status check_schedule_data(const char* op, const ScheduleProblem& p);
 // Lengths against max_context_len and the block table, needed block-table
 // entries against the cache, and the schedule against batch and path.
 Status check_scoring_data(const char* op, const LogitsProblem& p);

@@ -27,6 +27,10 @@
 
 namespace dsa {
 
+// The three conventions above, for the operations that name one
+// (context_lens_and_schedule, dsa/schedule.hpp).
+enum class LengthConvention { causal, expanded, legacy };
+
 Status causal_context_lens(const TensorView& prefix_lens, int next_n, const TensorView& out,
                            const ExecContext& ctx);
 // The varlen form (request_offsets, above).

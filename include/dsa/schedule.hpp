@@ -39,6 +39,7 @@
 #pragma once
 
 #include "dsa/context.hpp"
+#include "dsa/lengths.hpp"
 #include "dsa/status.hpp"
 #include "dsa/tensor.hpp"
 
@@ -87,5 +88,19 @@ int default_num_workers(Device device, const ExecContext& ctx);
 Status plan_schedule(const TensorView& context_lens, int num_workers, LogitsPath path,
                      const TensorView& schedule, const ExecContext& ctx,
                      const TensorView& request_offsets = {});
+
+// The context lengths and their schedule in one operation: the same outputs,
+// bit for bit, as the convention's builder (dsa/lengths.hpp) writing
+// context_lens from lens, then plan_schedule(context_lens, num_workers, path,
+// schedule, ctx, request_offsets), in one kernel on CUDA (where the two calls
+// take two kernels and a clearing of the error record), so that a decode step
+// is the scoring and the selection after one launch. The arguments follow
+// those two operations' rules (lens is the builder's prefix_lens, or lens for
+// legacy; context_lens its out; request_offsets with causal only), and
+// schedule must not overlap context_lens.
+Status context_lens_and_schedule(LengthConvention convention, const TensorView& lens, int next_n,
+                                 const TensorView& context_lens, int num_workers, LogitsPath path,
+                                 const TensorView& schedule, const ExecContext& ctx,
+                                 const TensorView& request_offsets = {});
 
 }  // namespace dsa

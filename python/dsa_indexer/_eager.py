@@ -41,6 +41,11 @@ _KEY_FORMATS = {
     "fp4": _core.KeyFormat.fp4_e2m1,
     "fp4_e2m1": _core.KeyFormat.fp4_e2m1,
 }
+_CONVENTIONS = {
+    "causal": _core.LengthConvention.causal,
+    "expanded": _core.LengthConvention.expanded,
+    "legacy": _core.LengthConvention.legacy,
+}
 _LENGTH_BUILDERS = {
     "causal": _core.causal_context_lens,
     "expanded": _core.expanded_context_lens,
@@ -270,6 +275,24 @@ def quantize_queries_fp4(q, head_gate, *, weight_scale=0.0, out=None, workspace=
 # Context lengths and schedule
 
 
+def _check_convention(op, convention, request_offsets):
+    if request_offsets is not None and convention != "causal":
+        raise ValueError(f"{op}: request_offsets: only the causal convention has the form of "
+                         f"requests of uneven row counts")
+
+
+def _lengths_output(op, lens, next_n, request_offsets, total_rows):
+    """The context lengths a builder writes when the caller gives none: [B, next_n], or the
+    rows' [T] with request_offsets (T given as total_rows)."""
+    if request_offsets is None:
+        return new_context_lens(lens, next_n)
+    if total_rows is None:
+        raise ValueError(f"{op}: total_rows: give the rows T (request_offsets[-1]) or `out` "
+                         f"[T] with request_offsets; reading T from the device would "
+                         f"synchronize")
+    return new_row_context_lens(lens, _int64(total_rows, op, "total_rows"))
+
+
 def context_lens(lens, next_n, convention="causal", *, request_offsets=None, total_rows=None,
                  out=None, workspace=None, **execution):
     builder = _choice(_LENGTH_BUILDERS, convention, "convention")
@@ -277,18 +300,9 @@ def context_lens(lens, next_n, convention="causal", *, request_offsets=None, tot
     next_n = _int32(next_n, op, "next_n")
     _check_arrays(op, [("lens", lens), ("request_offsets", request_offsets)],
                   [("out", out), ("workspace", workspace)])
-    if request_offsets is not None and convention != "causal":
-        raise ValueError(f"{op}: request_offsets: only the causal convention has the form of "
-                         f"requests of uneven row counts")
+    _check_convention(op, convention, request_offsets)
     if out is None:
-        if request_offsets is None:
-            out = new_context_lens(lens, next_n)
-        elif total_rows is None:
-            raise ValueError(f"{op}: total_rows: give the rows T (request_offsets[-1]) or `out` "
-                             f"[T] with request_offsets; reading T from the device would "
-                             f"synchronize")
-        else:
-            out = new_row_context_lens(lens, _int64(total_rows, op, "total_rows"))
+        out = _lengths_output(op, lens, next_n, request_offsets, total_rows)
     ctx = make_context(lens, **execution)
     ws = _basic_workspace(lens, ctx, workspace)
     builder(fw.export(lens), next_n, fw.export(out), fw.export(request_offsets), ctx,
@@ -328,6 +342,43 @@ def plan_schedule(context_lens, num_workers=None, path="auto", *, request_offset
     _core.plan_schedule(fw.export(context_lens), num_workers, _PATHS[path], fw.export(out),
                         fw.export(request_offsets), ctx, fw.export(ws))
     return out
+
+
+def new_lengths_and_schedule(lens, next_n, convention, num_workers, request_offsets, total_rows,
+                             ctx):
+    """(context_lens, schedule) as context_lens_and_schedule allocates them."""
+    op = "context_lens_and_schedule"
+    _check_convention(op, convention, request_offsets)
+    lengths = _lengths_output(op, lens, next_n, request_offsets, total_rows)
+    return lengths, new_schedule(lens, schedule_workers(lens, num_workers, ctx))
+
+
+def context_lens_and_schedule(lens, next_n, convention="causal", num_workers=None, path="auto", *,
+                              request_offsets=None, total_rows=None, out=None, workspace=None,
+                              **execution):
+    op = "context_lens_and_schedule"
+    convention_value = _choice(_CONVENTIONS, convention, "convention")
+    path_value = _choice(_PATHS, path, "path")
+    next_n = _int32(next_n, op, "next_n")
+    _check_arrays(op, [("lens", lens), ("request_offsets", request_offsets)],
+                  [("workspace", workspace)])
+    if out is not None and (not isinstance(out, (tuple, list)) or len(out) != 2):
+        raise TypeError(f"{op}: out: expected a pair (context_lens, schedule)")
+    _check_convention(op, convention, request_offsets)
+    ctx = make_context(lens, **execution)
+    if out is None:
+        lengths, schedule = new_lengths_and_schedule(lens, next_n, convention, num_workers,
+                                                     request_offsets, total_rows, ctx)
+    else:
+        lengths, schedule = out
+        _check_arrays(op, outputs=[("out[0]", lengths), ("out[1]", schedule)])
+    workers = _int32(num_workers if num_workers is not None else _extent(schedule, 0) - 1, op,
+                     "num_workers")
+    ws = _basic_workspace(lens, ctx, workspace)
+    _core.context_lens_and_schedule(convention_value, fw.export(lens), next_n, fw.export(lengths),
+                                    workers, path_value, fw.export(schedule),
+                                    fw.export(request_offsets), ctx, fw.export(ws))
+    return lengths, schedule
 
 
 def _scoring_schedule(q, context_lens, schedule, path, request_offsets, execution):

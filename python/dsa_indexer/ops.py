@@ -163,6 +163,21 @@ def plan_schedule(context_lens, num_workers=None, path="auto", *, request_offset
                                             workspace=workspace, **execution)
 
 
+def context_lens_and_schedule(lens, next_n, convention="causal", num_workers=None, path="auto", *,
+                              request_offsets=None, total_rows=None, out=None, workspace=None,
+                              **execution):
+    """(context_lens, schedule): context_lens(lens, next_n, convention) then
+    plan_schedule(context_lens, num_workers, path), the same arrays bit for bit, in one
+    call (one kernel on CUDA, where the two take two launches and a clearing of the error
+    record): what a decode step needs before its layers score. Arguments as in those two
+    functions; `out` is a pair (context_lens, schedule), num_workers then defaults to the
+    schedule's rows - 1."""
+    return _implementation("context_lens_and_schedule")(
+        lens, next_n, convention=convention, num_workers=num_workers, path=path,
+        request_offsets=request_offsets, total_rows=total_rows, out=out, workspace=workspace,
+        **execution)
+
+
 # ---------------------------------------------------------------------------
 # Scoring and selection
 

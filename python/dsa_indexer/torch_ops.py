@@ -137,6 +137,12 @@ else:
         return _eager.new_schedule(context_lens,
                                    _eager.schedule_workers(context_lens, num_workers, ctx))
 
+    def _lengths_and_schedule_fake(lens, next_n, convention, num_workers, request_offsets,
+                                   total_rows, execution, **_):
+        ctx = _eager.make_context(lens, **execution)
+        return _eager.new_lengths_and_schedule(lens, next_n, convention, num_workers,
+                                               request_offsets, total_rows, ctx)
+
     def _logits_fake(q, max_context_len, out_dtype, request_offsets, **_):
         return _eager.new_logits(q, max_context_len, out_dtype, request_offsets)
 
@@ -156,6 +162,8 @@ else:
                                    _quantized_fp4_fake, output="Tensor(o!)[]")
     context_lens = _define("context_lens", "Tensor", _context_lens_fake, output="Tensor(o!)")
     plan_schedule = _define("plan_schedule", "Tensor", _schedule_fake, output="Tensor(o!)")
+    context_lens_and_schedule = _define("context_lens_and_schedule", "(Tensor, Tensor)",
+                                        _lengths_and_schedule_fake, output="Tensor(o!)[]")
     paged_mqa_logits = _define("paged_mqa_logits", "Tensor", _logits_fake, output="Tensor(o!)")
     mqa_logits = _define("mqa_logits", "Tensor", _mqa_logits_fake, output="Tensor(o!)")
     topk = _define("topk", "Tensor", _topk_fake, output="Tensor(o!)")

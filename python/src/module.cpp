@@ -60,6 +60,10 @@ void bind_enums(nb::module_& m) {
       .value("automatic", KeyFormat::automatic)
       .value("fp8_e4m3", KeyFormat::fp8_e4m3)
       .value("fp4_e2m1", KeyFormat::fp4_e2m1);
+  nb::enum_<LengthConvention>(m, "LengthConvention")
+      .value("causal", LengthConvention::causal)
+      .value("expanded", LengthConvention::expanded)
+      .value("legacy", LengthConvention::legacy);
   nb::enum_<DeviceType>(m, "DeviceType")
       .value("cpu", DeviceType::cpu)
       .value("cuda", DeviceType::cuda);
@@ -233,6 +237,25 @@ void bind_lengths_and_schedule(nb::module_& m) {
       },
       "context_lens"_a, "num_workers"_a, "path"_a, "schedule"_a, "request_offsets"_a.none(), "ctx"_a,
       "workspace"_a.none());
+
+  m.def(
+      "context_lens_and_schedule",
+      [](LengthConvention convention, const InputArray& lens, int next_n, const OutputArray& context_lens,
+         int num_workers, LogitsPath path, const OutputArray& schedule, const OptionalInput& request_offsets,
+         const ExecContext& ctx, const OptionalOutput& workspace) {
+        const char* op = "context_lens_and_schedule: ";
+        const TensorView lens_view = to_view(lens, (std::string(op) + "lens").c_str());
+        const TensorView context_lens_view = to_view(context_lens, (std::string(op) + "context_lens").c_str());
+        const TensorView schedule_view = to_view(schedule, (std::string(op) + "schedule").c_str());
+        const TensorView offsets_view = to_view(request_offsets, (std::string(op) + "request_offsets").c_str());
+        const ExecContext call_ctx = with_workspace(ctx, workspace);
+        run_released([&] {
+          return context_lens_and_schedule(convention, lens_view, next_n, context_lens_view, num_workers, path,
+                                           schedule_view, call_ctx, offsets_view);
+        });
+      },
+      "convention"_a, "lens"_a, "next_n"_a, "context_lens"_a, "num_workers"_a, "path"_a, "schedule"_a,
+      "request_offsets"_a.none(), "ctx"_a, "workspace"_a.none());
 }
 
 // The scoring inputs paged_mqa_logits and index_topk share, as views. q is

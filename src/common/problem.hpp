@@ -8,6 +8,7 @@
 
 #include "dsa/cache.hpp"
 #include "dsa/context.hpp"
+#include "dsa/lengths.hpp"
 #include "dsa/schedule.hpp"
 #include "dsa/tensor.hpp"
 
@@ -62,7 +63,7 @@ struct QuantizeQueriesProblem {
   constexpr bool fp4() const { return q_block_scales != nullptr; }
 };
 
-enum class LengthConvention { causal, expanded, legacy };
+using dsa::LengthConvention;
 
 
 // 2-D context lengths [B, next_n].

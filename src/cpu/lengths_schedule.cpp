@@ -26,10 +26,7 @@ std::int32_t row_context_length(LengthConvention convention, std::int32_t input,
   return 0;
 }
 
-}  // namespace
-
-Status context_lens(const LengthsProblem& p, const ExecContext&) {
-  DSA_RETURN_IF_ERROR(check_length_inputs(lengths_op_name(p.convention), p));
+void write_context_lens(const LengthsProblem& p) {
   if (p.varlen.offsets != nullptr) {
     for (std::int64_t b = 0; b < p.batch; ++b) {
       const std::int32_t first = p.varlen.offsets[b];
@@ -37,7 +34,7 @@ Status context_lens(const LengthsProblem& p, const ExecContext&) {
         p.out[row * p.out_stride_b] = row_context_length(p.convention, p.input[b * p.input_stride], 1, row - first);
       }
     }
-    return Status::success();
+    return;
   }
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const std::int32_t input = p.input[b * p.input_stride];
@@ -45,13 +42,11 @@ Status context_lens(const LengthsProblem& p, const ExecContext&) {
       p.out[b * p.out_stride_b + j * p.out_stride_n] = row_context_length(p.convention, input, p.next_n, j);
     }
   }
-  return Status::success();
 }
 
 // Worker w starts at item floor(w * total / W): item 0 is written (0, 0), the
 // start of the walk, and item i > 0 as the (unit, chunk) of the i-th item.
-Status plan_schedule(const ScheduleProblem& p, const ExecContext&) {
-  DSA_RETURN_IF_ERROR(check_schedule_data(p));
+void write_schedule(const ScheduleProblem& p) {
   const UnitLayout layout = unit_layout(p);
   std::int64_t total = 0;
   for (std::int64_t unit = 0; unit < layout.units;) {
@@ -79,6 +74,27 @@ Status plan_schedule(const ScheduleProblem& p, const ExecContext&) {
   }
   p.schedule[2 * p.num_workers] = static_cast<std::int32_t>(layout.units);
   p.schedule[2 * p.num_workers + 1] = kChunkTokens;
+}
+
+}  // namespace
+
+Status context_lens(const LengthsProblem& p, const ExecContext&) {
+  DSA_RETURN_IF_ERROR(check_length_inputs(lengths_op_name(p.convention), p));
+  write_context_lens(p);
+  return Status::success();
+}
+
+Status plan_schedule(const ScheduleProblem& p, const ExecContext&) {
+  DSA_RETURN_IF_ERROR(check_schedule_data("plan_schedule", p));
+  write_schedule(p);
+  return Status::success();
+}
+
+Status context_lens_and_schedule(const LengthsProblem& lengths, const ScheduleProblem& plan, const ExecContext&) {
+  // The lengths' check covers request_offsets, which the planner shares.
+  DSA_RETURN_IF_ERROR(check_length_inputs("context_lens_and_schedule", lengths));
+  write_context_lens(lengths);
+  write_schedule(plan);
   return Status::success();
 }
 

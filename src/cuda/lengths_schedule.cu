@@ -35,41 +35,46 @@ __device__ std::int32_t convention_length(LengthConvention convention, std::int6
   return static_cast<std::int32_t>(length < INT32_MAX ? length : INT32_MAX);
 }
 
-// One thread per row of uneven requests: row r of request b (offsets[b] + t)
-// gets the causal input[b] + t + 1; a row of no request is recorded and 0.
-__global__ void row_context_lens_kernel(LengthsProblem p, DeviceErrorRecord* record) {
-  enter_dependent_grid();
-  for (std::int64_t row = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; row < p.rows;
-       row += std::int64_t{gridDim.x} * blockDim.x) {
-    const std::int64_t b = request_of_row(p.varlen.offsets, p.varlen.requests, row);
-    if (b < 0) {
-      report_device_error(record, kRowWithoutRequest, row, p.varlen.requests, p.varlen.offsets[p.varlen.requests]);
-      p.out[row * p.out_stride_b] = 0;
-      continue;
-    }
-    std::int32_t input = p.input[b * p.input_stride];
-    if (input < 0) {
-      if (row == p.varlen.offsets[b]) report_device_error(record, kNegativeLength, b, input, 0);
-      input = 0;
-    }
-    p.out[row * p.out_stride_b] = convention_length(p.convention, input, 1, static_cast<int>(row - p.varlen.offsets[b]));
-  }
+// The lengths of a builder call, one element at a time: element `i` is row
+// i of uneven requests (row r of request b, offsets[b] + t, gets the causal
+// input[b] + t + 1; a row of no request is recorded and 0), or element
+// (b, j) = (i / next_n, i % next_n) of [B, next_n].
+__host__ __device__ std::int64_t length_elements(const LengthsProblem& p) {
+  return p.varlen.offsets != nullptr ? p.rows : p.batch * p.next_n;
 }
 
-// One thread per output element (b, j).
-__global__ void context_lens_kernel(LengthsProblem p, DeviceErrorRecord* record) {
-  enter_dependent_grid();
-  const std::int64_t total = p.batch * p.next_n;
-  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += std::int64_t{gridDim.x} * blockDim.x) {
-    const std::int64_t b = i / p.next_n;
-    const int j = static_cast<int>(i % p.next_n);
+__device__ void write_context_length(const LengthsProblem& p, std::int64_t i, DeviceErrorRecord* record) {
+  if (p.varlen.offsets != nullptr) {
+    const std::int64_t b = request_of_row(p.varlen.offsets, p.varlen.requests, i);
+    if (b < 0) {
+      report_device_error(record, kRowWithoutRequest, i, p.varlen.requests, p.varlen.offsets[p.varlen.requests]);
+      p.out[i * p.out_stride_b] = 0;
+      return;
+    }
     std::int32_t input = p.input[b * p.input_stride];
     if (input < 0) {
-      if (j == 0) report_device_error(record, kNegativeLength, b, input, 0);
+      if (i == p.varlen.offsets[b]) report_device_error(record, kNegativeLength, b, input, 0);
       input = 0;
     }
-    p.out[b * p.out_stride_b + j * p.out_stride_n] = convention_length(p.convention, input, p.next_n, j);
+    p.out[i * p.out_stride_b] = convention_length(p.convention, input, 1, static_cast<int>(i - p.varlen.offsets[b]));
+    return;
+  }
+  const std::int64_t b = i / p.next_n;
+  const int j = static_cast<int>(i % p.next_n);
+  std::int32_t input = p.input[b * p.input_stride];
+  if (input < 0) {
+    if (j == 0) report_device_error(record, kNegativeLength, b, input, 0);
+    input = 0;
+  }
+  p.out[b * p.out_stride_b + j * p.out_stride_n] = convention_length(p.convention, input, p.next_n, j);
+}
+
+__global__ void context_lens_kernel(LengthsProblem p, DeviceErrorRecord* record) {
+  enter_dependent_grid();
+  const std::int64_t elements = length_elements(p);
+  for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < elements;
+       i += std::int64_t{gridDim.x} * blockDim.x) {
+    write_context_length(p, i, record);
   }
 }
 
@@ -111,8 +116,13 @@ __device__ void write_entry(std::int32_t* schedule, std::int64_t worker, std::in
 }
 
 // It also clears the operation's error record (RecordClear::by_first_kernel):
-// it is the operation's only kernel, one CTA that records nothing.
-__global__ void __launch_bounds__(kPlanThreads) plan_schedule_kernel(ScheduleProblem p, DeviceErrorRecord* record) {
+// it is the operation's only kernel, one CTA. With `lengths` (its out is
+// p's lengths; out == nullptr: none) the CTA first builds them, so that a
+// step's lengths and schedule take one launch; whatever the build records
+// follows the clearing, and the plan reads the lengths after a block
+// barrier, which makes the CTA's global writes visible to all its threads.
+__global__ void __launch_bounds__(kPlanThreads)
+    plan_schedule_kernel(LengthsProblem lengths, ScheduleProblem p, DeviceErrorRecord* record) {
   // Per thread, the items of the segments up to its own within its warp;
   // per warp, the items up to its own: the scan's two halves.
   __shared__ std::int64_t warp_scanned[kPlanThreads];
@@ -130,6 +140,12 @@ __global__ void __launch_bounds__(kPlanThreads) plan_schedule_kernel(SchedulePro
 
   enter_dependent_grid();
   if (threadIdx.x == 0) clear_error_record(record);
+  if (lengths.out != nullptr) {
+    __syncthreads();
+    const std::int64_t elements = length_elements(lengths);
+    for (std::int64_t i = threadIdx.x; i < elements; i += kPlanThreads) write_context_length(lengths, i, record);
+    __syncthreads();
+  }
   std::int64_t segment_items = 0;
   walk_segment(layout, segment_first(threadIdx.x), segment_last(threadIdx.x),
                [&](const UnitSpan&, std::int64_t chunks) {
@@ -190,19 +206,20 @@ __global__ void __launch_bounds__(kPlanThreads) plan_schedule_kernel(SchedulePro
 }  // namespace
 
 Status context_lens(const LengthsProblem& p, const ExecContext& ctx) {
-  if (p.varlen.offsets != nullptr) {
-    if (p.rows == 0) return Status::success();
-    return launch_kernel("row_context_lens_kernel", row_context_lens_kernel,
-                         {grid_for(p.rows, kLengthThreads), kLengthThreads}, ctx, p, error_record(ctx));
-  }
-  const std::int64_t total = p.batch * p.next_n;
-  if (total == 0) return Status::success();
-  return launch_kernel("context_lens_kernel", context_lens_kernel, {grid_for(total, kLengthThreads), kLengthThreads},
+  const std::int64_t elements = length_elements(p);
+  if (elements == 0) return Status::success();
+  return launch_kernel("context_lens_kernel", context_lens_kernel, {grid_for(elements, kLengthThreads), kLengthThreads},
                        ctx, p, error_record(ctx));
 }
 
 Status plan_schedule(const ScheduleProblem& p, const ExecContext& ctx) {
-  return launch_kernel("plan_schedule_kernel", plan_schedule_kernel, {1, kPlanThreads}, ctx, p, error_record(ctx));
+  return launch_kernel("plan_schedule_kernel", plan_schedule_kernel, {1, kPlanThreads}, ctx, LengthsProblem{}, p,
+                       error_record(ctx));
+}
+
+Status context_lens_and_schedule(const LengthsProblem& lengths, const ScheduleProblem& plan, const ExecContext& ctx) {
+  return launch_kernel("plan_schedule_kernel", plan_schedule_kernel, {1, kPlanThreads}, ctx, lengths, plan,
+                       error_record(ctx));
 }
 
 }  // namespace dsa::detail::cuda

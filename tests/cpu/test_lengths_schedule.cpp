@@ -160,6 +160,134 @@ TEST_P(ScheduleTest, ProgrammaticDependentLaunchLeavesCpuPlansAlone) {
   }
 }
 
+// ---- context_lens_and_schedule: the builder then the planner, in one call --
+
+::testing::AssertionResult fails_naming(const dsa::Status& s, dsa::ErrorCode code, const std::string& argument) {
+  if (s.code() != code) {
+    return ::testing::AssertionFailure() << "expected " << dsa::error_code_name(code) << ", got " << s.to_string();
+  }
+  if (s.message().find("context_lens_and_schedule") == std::string::npos ||
+      s.message().find(argument) == std::string::npos) {
+    return ::testing::AssertionFailure() << "message does not name the operation and " << argument << ": "
+                                         << s.message();
+  }
+  return ::testing::AssertionSuccess();
+}
+
+constexpr dsa::LengthConvention kConventionValues[] = {dsa::LengthConvention::causal, dsa::LengthConvention::expanded,
+                                                       dsa::LengthConvention::legacy};
+
+TEST_P(ScheduleTest, LengthsAndScheduleInOneCallMatchTheFormulasAndThePlan) {
+  const dsa::ExecContext ctx = cpu_context(GetParam());
+  Rng rng(21);
+  std::uniform_int_distribution<std::int32_t> length(0, 40000);
+  for (int c = 0; c < 3; ++c) {
+    for (const std::int64_t batch : {0, 1, 7, 33}) {
+      for (const int next_n : {1, 2, 4, 8}) {
+        std::vector<std::int32_t> input;
+        for (std::int64_t b = 0; b < batch; ++b) input.push_back(b % 5 == 2 ? static_cast<std::int32_t>(b % 3) : length(rng));
+        const std::vector<std::int32_t> want_lens = kConventions[c].expected(input, next_n);
+        for (const int workers : {1, 5, 132}) {
+          for (const dsa::LogitsPath path : {dsa::LogitsPath::native, dsa::LogitsPath::per_token}) {
+            SCOPED_TRACE(std::string(kConventions[c].name) + " batch " + std::to_string(batch) + " next_n " +
+                         std::to_string(next_n) + " workers " + std::to_string(workers) + " " +
+                         dsa::logits_path_name(path));
+            std::vector<std::int32_t> lens(static_cast<std::size_t>(batch * next_n) + 1, -5);
+            Schedule schedule;
+            schedule.num_workers = workers;
+            schedule.entries.assign(static_cast<std::size_t>(2 * (workers + 1)), -7);
+            input.reserve(1);
+            DSA_ASSERT_OK(dsa::context_lens_and_schedule(kConventionValues[c], view_of(input, {batch}), next_n,
+                                                         view_of(lens, {batch, next_n}), workers, path,
+                                                         schedule.view(), ctx));
+            EXPECT_EQ(lens.back(), -5);
+            lens.pop_back();
+            ASSERT_EQ(lens, want_lens);
+            ASSERT_EQ(check_schedule(schedule.entries.data(), workers, want_lens, batch, next_n,
+                                     path == dsa::LogitsPath::per_token),
+                      "");
+            Schedule separate;
+            DSA_ASSERT_OK(plan(want_lens, batch, next_n, workers, path, ctx, &separate));
+            EXPECT_EQ(schedule.entries, separate.entries);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(ScheduleTest, LengthsAndScheduleOfUnevenRequests) {
+  const dsa::ExecContext ctx = cpu_context(GetParam());
+  std::vector<std::int32_t> prefix{10, 5, 0, 3000};
+  std::vector<std::int32_t> offsets{0, 2, 2, 21, 22};
+  const std::vector<std::int32_t> want_lens{11, 12, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 3001};
+  for (const int workers : {1, 3, 40}) {
+    SCOPED_TRACE("workers " + std::to_string(workers));
+    std::vector<std::int32_t> lens(22, -5);
+    Schedule schedule;
+    schedule.num_workers = workers;
+    schedule.entries.assign(static_cast<std::size_t>(2 * (workers + 1)), -7);
+    DSA_ASSERT_OK(dsa::context_lens_and_schedule(dsa::LengthConvention::causal, view_of(prefix, {4}), 1,
+                                                 view_of(lens, {22}), workers, dsa::LogitsPath::automatic,
+                                                 schedule.view(), ctx, view_of(offsets, {5})));
+    EXPECT_EQ(lens, want_lens);
+    Schedule separate;
+    DSA_ASSERT_OK(plan_varlen(want_lens, offsets, workers, dsa::LogitsPath::native, ctx, &separate));
+    EXPECT_EQ(schedule.entries, separate.entries);
+  }
+}
+
+TEST_P(ScheduleTest, LengthsAndScheduleRules) {
+  using dsa::ErrorCode;
+  const dsa::ExecContext ctx = cpu_context(GetParam());
+  std::vector<std::int32_t> prefix{10, 5, 0};
+  std::vector<std::int32_t> lens(6, -5);
+  std::vector<std::int32_t> entries(10, -7);
+  std::vector<std::int32_t> offsets{0, 2, 2, 6};
+  const auto call = [&](dsa::LengthConvention convention, const dsa::TensorView& in, int next_n,
+                        const dsa::TensorView& out, int workers, const dsa::TensorView& schedule,
+                        const dsa::TensorView& request_offsets = {}) {
+    return dsa::context_lens_and_schedule(convention, in, next_n, out, workers, dsa::LogitsPath::native, schedule,
+                                          ctx, request_offsets);
+  };
+  const auto causal = dsa::LengthConvention::causal;
+  DSA_ASSERT_OK(call(causal, view_of(prefix, {3}), 2, view_of(lens, {3, 2}), 4, view_of(entries, {5, 2})));
+  EXPECT_TRUE(fails_naming(call(static_cast<dsa::LengthConvention>(7), view_of(prefix, {3}), 2, view_of(lens, {3, 2}),
+                                4, view_of(entries, {5, 2})),
+                           ErrorCode::invalid_argument, "convention"));
+  EXPECT_TRUE(fails_naming(call(dsa::LengthConvention::expanded, view_of(prefix, {3}), 1, view_of(lens, {6}), 4,
+                                view_of(entries, {5, 2}), view_of(offsets, {4})),
+                           ErrorCode::invalid_argument, "request_offsets"));
+  EXPECT_TRUE(fails_naming(call(causal, view_of(prefix, {3}), 0, view_of(lens, {3, 0}), 4, view_of(entries, {5, 2})),
+                           ErrorCode::invalid_argument, "next_n"));
+  EXPECT_TRUE(fails_naming(call(causal, view_of(prefix, {3}), 2, view_of(lens, {3, 3}), 4, view_of(entries, {5, 2})),
+                           ErrorCode::bad_shape, "context_lens"));
+  EXPECT_TRUE(fails_naming(call(causal, view_of(prefix, {3}), 2, view_of(lens, {3, 2}), 0, view_of(entries, {1, 2})),
+                           ErrorCode::invalid_argument, "num_workers"));
+  EXPECT_TRUE(fails_naming(call(causal, view_of(prefix, {3}), 2, view_of(lens, {3, 2}), 4, view_of(entries, {4, 2})),
+                           ErrorCode::bad_shape, "schedule"));
+  // The schedule written over the lengths it plans from.
+  std::vector<std::int32_t> shared(16, -7);
+  const dsa::TensorView shared_lens = dsa::make_view(shared.data(), dsa::DType::int32, {3, 2});
+  const dsa::TensorView shared_schedule = dsa::make_view(shared.data() + 4, dsa::DType::int32, {5, 2});
+  EXPECT_TRUE(fails_naming(call(causal, view_of(prefix, {3}), 2, shared_lens, 4, shared_schedule),
+                           ErrorCode::invalid_argument, "schedule"));
+  const dsa::TensorView apart_schedule = dsa::make_view(shared.data() + 6, dsa::DType::int32, {5, 2});
+  DSA_ASSERT_OK(call(causal, view_of(prefix, {3}), 2, shared_lens, 4, apart_schedule));
+  // Data rules: a negative length and offsets that do not cover the rows, before anything is written.
+  std::vector<std::int32_t> negative{10, -1, 0};
+  std::fill(lens.begin(), lens.end(), -5);
+  std::fill(entries.begin(), entries.end(), -7);
+  EXPECT_TRUE(fails_naming(call(causal, view_of(negative, {3}), 2, view_of(lens, {3, 2}), 4, view_of(entries, {5, 2})),
+                           ErrorCode::invalid_argument, "prefix_lens"));
+  std::vector<std::int32_t> short_offsets{0, 2, 2, 5};
+  EXPECT_TRUE(fails_naming(call(causal, view_of(prefix, {3}), 1, view_of(lens, {6}), 4, view_of(entries, {5, 2}),
+                                view_of(short_offsets, {4})),
+                           ErrorCode::invalid_argument, "request_offsets"));
+  EXPECT_EQ(lens, std::vector<std::int32_t>(6, -5));
+  EXPECT_EQ(entries, std::vector<std::int32_t>(10, -7));
+}
+
 TEST(ScheduleQueries, PathsResolveToThemselvesAndWorkersFollowThreads) {
   for (const dsa::Backend backend : cpu_backends()) {
     const dsa::ExecContext ctx = cpu_context(backend, 3);

@@ -2,9 +2,12 @@
 // device schedule planner against the host references.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu/gpu_test_support.hpp"
@@ -311,6 +314,136 @@ TEST(GpuPlanSchedule, MatchesHostPlanWithRequestOffsets) {
       }
     }
   }
+}
+
+// ---- context_lens_and_schedule ------------------------------------------------
+
+// One kernel writes what the builder and the planner write: the conventions'
+// formulas (strided input, padded output rows) and the host plan of those
+// lengths, for batches from one unit to more than the planner's threads.
+TEST(GpuContextLensAndSchedule, MatchesTheFormulasAndTheHostPlan) {
+  DSA_REQUIRE_GPU();
+  Rng rng(17);
+  const std::pair<dsa::LengthConvention, std::vector<std::int32_t> (*)(const std::vector<std::int32_t>&, int)>
+      conventions[] = {{dsa::LengthConvention::causal, causal_lens},
+                       {dsa::LengthConvention::expanded, expanded_lens},
+                       {dsa::LengthConvention::legacy, legacy_lens}};
+  for (const auto& [convention, formula] : conventions) {
+    for (const std::int64_t batch : {1, 32, 333, 3000}) {
+      for (const int next_n : {1, 2, 4, 8}) {
+        std::vector<std::int32_t> prefix(static_cast<std::size_t>(batch));
+        std::uniform_int_distribution<std::int32_t> length(0, 70000);
+        for (std::size_t i = 0; i < prefix.size(); ++i) prefix[i] = i % 9 == 4 ? 0 : length(rng);
+        std::vector<std::int32_t> strided(2 * prefix.size(), -99);
+        for (std::size_t i = 0; i < prefix.size(); ++i) strided[2 * i] = prefix[i];
+        const dsa::DeviceBuffer input = device_copy(strided);
+        const std::vector<std::int32_t> want_lens = formula(prefix, next_n);
+        const std::int64_t padded = next_n + 1;
+        for (const int workers : {1, 132, 2500}) {
+          for (const dsa::LogitsPath path : {dsa::LogitsPath::native, dsa::LogitsPath::per_token}) {
+            SCOPED_TRACE("batch " + std::to_string(batch) + " next_n " + std::to_string(next_n) + " workers " +
+                         std::to_string(workers) + " " + dsa::logits_path_name(path));
+            std::vector<std::int32_t> want_schedule(static_cast<std::size_t>(2 * (workers + 1)), -5);
+            std::vector<std::int32_t> host_lens = want_lens;
+            dsa::ExecContext cpu;
+            cpu.backend = Backend::cpu_reference;
+            DSA_GPU_ASSERT_OK(dsa::plan_schedule(dsa::make_view(host_lens.data(), DType::int32, {batch, next_n}),
+                                                 workers, path,
+                                                 dsa::make_view(want_schedule.data(), DType::int32, {workers + 1, 2}),
+                                                 cpu));
+            const dsa::DeviceBuffer lens = device_filled(4 * batch * padded, 0xFF);
+            const dsa::DeviceBuffer schedule = device_filled(want_schedule.size() * 4, 0xFF);
+            GpuContext gpu(Backend::cuda_generic, 0);
+            gpu.ctx.check_device_errors = true;
+            DSA_GPU_ASSERT_OK(dsa::context_lens_and_schedule(
+                convention, device_view(input, DType::int32, {batch}, {2}), next_n,
+                device_view(lens, DType::int32, {batch, next_n}, {padded, 1}), workers, path,
+                device_view(schedule, DType::int32, {workers + 1, 2}), gpu.ctx));
+            const std::vector<std::int32_t> got_lens = host_copy<std::int32_t>(lens);
+            for (std::int64_t b = 0; b < batch; ++b) {
+              for (int j = 0; j < next_n; ++j) {
+                ASSERT_EQ(got_lens[b * padded + j], want_lens[b * next_n + j]) << b << ", " << j;
+              }
+              ASSERT_EQ(got_lens[b * padded + next_n], -1) << "padding of row " << b;
+            }
+            ASSERT_EQ(host_copy<std::int32_t>(schedule), want_schedule);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(GpuContextLensAndSchedule, UnevenRequestsMatchTheHostCall) {
+  DSA_REQUIRE_GPU();
+  Rng rng(19);
+  for (const std::int64_t requests : {1, 40, 5000}) {
+    std::vector<std::int32_t> offsets{0}, prefix;
+    std::uniform_int_distribution<int> rows_of(0, 20);
+    std::uniform_int_distribution<std::int32_t> length(0, 9000);
+    for (std::int64_t b = 0; b < requests; ++b) {
+      offsets.push_back(offsets.back() + rows_of(rng));
+      prefix.push_back(length(rng));
+    }
+    const std::int64_t rows = offsets.back();
+    for (const int workers : {3, 132}) {
+      std::vector<std::int32_t> want_lens(static_cast<std::size_t>(rows) + 1, -5);
+      std::vector<std::int32_t> want_schedule(static_cast<std::size_t>(2 * (workers + 1)), -5);
+      dsa::ExecContext cpu;
+      cpu.backend = Backend::cpu_reference;
+      DSA_GPU_ASSERT_OK(dsa::context_lens_and_schedule(
+          dsa::LengthConvention::causal, dsa::make_view(prefix.data(), DType::int32, {requests}), 1,
+          dsa::make_view(want_lens.data(), DType::int32, {rows}), workers, dsa::LogitsPath::automatic,
+          dsa::make_view(want_schedule.data(), DType::int32, {workers + 1, 2}), cpu,
+          dsa::make_view(offsets.data(), DType::int32, {requests + 1})));
+      want_lens.pop_back();
+      // The host call's lengths against the rule itself.
+      for (std::int64_t b = 0; b < requests; ++b) {
+        for (std::int32_t r = offsets[b]; r < offsets[b + 1]; ++r) ASSERT_EQ(want_lens[r], prefix[b] + r - offsets[b] + 1);
+      }
+      const dsa::DeviceBuffer prefix_device = device_copy(prefix), offsets_device = device_copy(offsets);
+      const dsa::DeviceBuffer lens = device_filled(4 * std::max<std::int64_t>(rows, 1), 0xFF);
+      const dsa::DeviceBuffer schedule = device_filled(want_schedule.size() * 4, 0xFF);
+      GpuContext gpu(Backend::cuda_generic, 0);
+      gpu.ctx.check_device_errors = true;
+      DSA_GPU_ASSERT_OK(dsa::context_lens_and_schedule(
+          dsa::LengthConvention::causal, device_view(prefix_device, DType::int32, {requests}), 1,
+          device_view(lens, DType::int32, {rows}), workers, dsa::LogitsPath::automatic,
+          device_view(schedule, DType::int32, {workers + 1, 2}), gpu.ctx,
+          device_view(offsets_device, DType::int32, {requests + 1})));
+      std::vector<std::int32_t> got_lens = host_copy<std::int32_t>(lens);
+      got_lens.resize(static_cast<std::size_t>(rows));
+      EXPECT_EQ(got_lens, want_lens) << "requests " << requests << " workers " << workers;
+      EXPECT_EQ(host_copy<std::int32_t>(schedule), want_schedule) << "requests " << requests << " workers " << workers;
+    }
+  }
+}
+
+// A negative prefix is clamped and recorded, as the builder does, and the
+// record survives the clearing the same kernel does first.
+TEST(GpuContextLensAndSchedule, NegativeInputIsRecorded) {
+  DSA_REQUIRE_GPU();
+  const std::vector<std::int32_t> prefix = {5, -3, 9};
+  const dsa::DeviceBuffer input = device_copy(prefix);
+  const dsa::DeviceBuffer out = device_filled(4 * 3 * 2, 0xFF);
+  const dsa::DeviceBuffer schedule = device_filled(4 * 5 * 2, 0xFF);
+  GpuContext gpu(Backend::cuda_generic, 0);
+  gpu.ctx.check_device_errors = true;
+  for (int repeat = 0; repeat < 3; ++repeat) {
+    const dsa::Status status = dsa::context_lens_and_schedule(
+        dsa::LengthConvention::causal, device_view(input, DType::int32, {3}), 2, device_view(out, DType::int32, {3, 2}),
+        4, dsa::LogitsPath::native, device_view(schedule, DType::int32, {5, 2}), gpu.ctx);
+    EXPECT_EQ(status.code(), dsa::ErrorCode::invalid_argument) << status.to_string();
+    EXPECT_NE(status.message().find("context_lens_and_schedule"), std::string::npos) << status.to_string();
+  }
+  EXPECT_EQ(host_copy<std::int32_t>(out), (std::vector<std::int32_t>{6, 7, 1, 2, 10, 11}));  // clamped to 0
+  // A clean call after it reports nothing: the kernel cleared the record.
+  const std::vector<std::int32_t> good = {5, 3, 9};
+  const dsa::DeviceBuffer good_input = device_copy(good);
+  DSA_GPU_ASSERT_OK(dsa::context_lens_and_schedule(
+      dsa::LengthConvention::causal, device_view(good_input, DType::int32, {3}), 2,
+      device_view(out, DType::int32, {3, 2}), 4, dsa::LogitsPath::native, device_view(schedule, DType::int32, {5, 2}),
+      gpu.ctx));
 }
 
 }  // namespace

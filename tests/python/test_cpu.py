@@ -183,6 +183,55 @@ def test_plan_schedule_defaults_and_errors(rng):
         dsa.plan_schedule(lens, 2, "diagonal")
 
 
+@pytest.mark.parametrize("convention", ["causal", "expanded", "legacy"])
+@pytest.mark.parametrize("path", ["auto", "native", "per_token"])
+def test_context_lens_and_schedule_in_one_call(rng, convention, path):
+    prefix = rng.integers(0, 3000, size=15).astype(np.int32)[::3]  # a strided input view
+    prefix[1] = 0
+    want_lens = integration.expected_context_lens(prefix, 3, convention)
+    resolved = dsa.resolve_logits_path(path, 3, 64, prefix)
+    for workers in (1, 4, 40):
+        lens, schedule = dsa.context_lens_and_schedule(prefix, 3, convention, workers, path)
+        np.testing.assert_array_equal(lens, want_lens)
+        np.testing.assert_array_equal(schedule, ref.schedule(want_lens, workers, resolved))
+    # Into the caller's arrays; the workers are then the schedule's rows - 1.
+    out = (np.full((5, 3), -7, dtype=np.int32), np.full((7, 2), -7, dtype=np.int32))
+    got = dsa.context_lens_and_schedule(prefix, 3, convention, path=path, out=out)
+    assert got[0] is out[0] and got[1] is out[1]
+    np.testing.assert_array_equal(out[0], want_lens)
+    np.testing.assert_array_equal(out[1], ref.schedule(want_lens, 6, resolved))
+    lens, schedule = dsa.context_lens_and_schedule(prefix, 3, convention)
+    assert schedule.shape == (dsa.default_num_workers(prefix) + 1, 2)
+
+
+def test_context_lens_and_schedule_errors():
+    prefix = np.array([3, 9], dtype=np.int32)
+    with pytest.raises(ValueError, match="context_lens_and_schedule: prefix_lens"):
+        dsa.context_lens_and_schedule(np.array([3, -1], dtype=np.int32), 2, num_workers=2)
+    with pytest.raises(ValueError, match="context_lens_and_schedule: next_n"):
+        dsa.context_lens_and_schedule(prefix, 0, num_workers=2)
+    with pytest.raises(ValueError, match="convention"):
+        dsa.context_lens_and_schedule(prefix, 2, "diagonal")
+    with pytest.raises(ValueError, match="path"):
+        dsa.context_lens_and_schedule(prefix, 2, path="diagonal")
+    with pytest.raises(ValueError, match="num_workers"):
+        dsa.context_lens_and_schedule(prefix, 2, num_workers=0)
+    with pytest.raises(TypeError, match="out: expected a pair"):
+        dsa.context_lens_and_schedule(prefix, 2, out=np.zeros((2, 2), dtype=np.int32))
+    with pytest.raises(ValueError, match="context_lens_and_schedule: schedule"):
+        dsa.context_lens_and_schedule(prefix, 2, num_workers=3,
+                                      out=(np.zeros((2, 2), dtype=np.int32),
+                                           np.zeros((3, 2), dtype=np.int32)))
+    with pytest.raises(ValueError, match="context_lens_and_schedule: context_lens"):
+        dsa.context_lens_and_schedule(prefix, 2, out=(np.zeros((2, 3), dtype=np.int32),
+                                                      np.zeros((3, 2), dtype=np.int32)))
+    # The schedule written over the lengths it plans from.
+    memory = np.zeros(12, dtype=np.int32)
+    with pytest.raises(ValueError, match="schedule: shares memory with context_lens"):
+        dsa.context_lens_and_schedule(prefix, 2, out=(memory[:4].reshape(2, 2),
+                                                      memory[2:8].reshape(3, 2)))
+
+
 # ---------------------------------------------------------------------------
 # Scoring
 

@@ -184,6 +184,21 @@ def test_plan_schedule_on_device(rng, path):
                                   ref.schedule(lens.cpu().numpy(), 132, path))
 
 
+@pytest.mark.parametrize("convention", ["causal", "expanded", "legacy"])
+@pytest.mark.parametrize("pdl", [False, True])
+def test_context_lens_and_schedule_on_device(rng, convention, pdl):
+    prefix = cuda(rng.integers(0, 9000, size=40).astype(np.int32))[::2]
+    lens, schedule = dsa.context_lens_and_schedule(prefix, 3, convention, 132, "native", pdl=pdl,
+                                                   check_device_errors=True)
+    assert lens.device == prefix.device and schedule.device == prefix.device
+    integration.verify_context_lens(lens, prefix, 3, convention)
+    np.testing.assert_array_equal(schedule.cpu().numpy(),
+                                  ref.schedule(lens.cpu().numpy(), 132, "native"))
+    with pytest.raises(ValueError, match="context_lens_and_schedule"):
+        dsa.context_lens_and_schedule(cuda(np.array([4, -2], dtype=np.int32)), 2, convention,
+                                      check_device_errors=True)
+
+
 @pytest.mark.parametrize("next_n", [1, 2, 3, 4, 6, 8])
 @pytest.mark.parametrize("heads", [64, 32])
 def test_paged_mqa_logits(rng, next_n, heads):

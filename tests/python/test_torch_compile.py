@@ -21,7 +21,7 @@ D = 32
 FP8 = torch.float8_e4m3fn
 # The functions that run an operation, by the name of their operator.
 OPERATIONS = ("store_index_keys", "quantize_queries", "context_lens", "plan_schedule",
-              "paged_mqa_logits", "mqa_logits", "topk", "index_topk")
+              "context_lens_and_schedule", "paged_mqa_logits", "mqa_logits", "topk", "index_topk")
 EXECUTION = tuple(inspect.signature(dsa.make_context).parameters)[1:]
 
 
@@ -208,6 +208,13 @@ CASES = {
     "plan_schedule_default_workers": lambda p: dsa.plan_schedule(p["lens"], num_threads=3),
     "plan_schedule_out": lambda p: dsa.plan_schedule(
         p["lens"], 4, path="native", out=torch.empty(5, 2, dtype=torch.int32)),
+    "context_lens_and_schedule": lambda p: dsa.context_lens_and_schedule(
+        p["prefix"], 3, "legacy", 5, "per_token"),
+    "context_lens_and_schedule_default_workers": lambda p: dsa.context_lens_and_schedule(
+        p["prefix"], 2, num_threads=3),
+    "context_lens_and_schedule_out": lambda p: dsa.context_lens_and_schedule(
+        p["prefix"], 2, path="native",
+        out=(torch.empty(3, 2, dtype=torch.int32), torch.empty(5, 2, dtype=torch.int32))),
     "paged_mqa_logits": lambda p: dsa.paged_mqa_logits(
         *scoring(p), dsa.plan_schedule(p["lens"], 3, "per_token"), clean_logits=True,
         path="per_token"),
@@ -426,6 +433,7 @@ def test_workspace_reaches_the_library(name, backend):
         "quantize_queries": (p["q_high"], p["weights"]),
         "context_lens": (p["prefix"], 2),
         "plan_schedule": (p["lens"], 2),
+        "context_lens_and_schedule": (p["prefix"], 2),
         "paged_mqa_logits": scoring(p),
         "mqa_logits": prefill_args(p),
         "topk": (p["weights"], p["lens"].reshape(-1) % 4, 2),
@@ -489,6 +497,11 @@ def test_operators_pass_opcheck():
         (ops_.plan_schedule.default, (lens,), dict(num_threads=2)),
         (ops_.plan_schedule.out, (lens,), dict(output=torch.empty(3, 2, dtype=torch.int32),
                                                num_workers=2)),
+        (ops_.context_lens_and_schedule.default, (p["prefix"], 3),
+         dict(convention="expanded", num_workers=4)),
+        (ops_.context_lens_and_schedule.out, (p["prefix"], 2),
+         dict(output=[torch.empty(3, 2, dtype=torch.int32), torch.empty(4, 2, dtype=torch.int32)],
+              path="native")),
         (ops_.paged_mqa_logits.workspace, (q,) + scoring(p)[1:],
          dict(clean_logits=True, out_dtype="bfloat16", workspace=workspace)),
         (ops_.paged_mqa_logits.out, (q,) + scoring(p)[1:],

@@ -51,6 +51,24 @@ def test_plan_schedule_matches_reference(rng, path, workers):
     ref.assert_logits_close(score(p, stale, path=path), ref.varlen_logits(p))
 
 
+@pytest.mark.parametrize("path", ["auto", "native", "per_token"])
+def test_context_lens_and_schedule(rng, path):
+    prefix = np.array([10, 5, 0, 300, 2000], dtype=np.int32)
+    offsets = np.array([0, 2, 2, 13, 14, 30], dtype=np.int32)
+    want = np.concatenate([prefix[b] + np.arange(offsets[b + 1] - offsets[b]) + 1
+                           for b in range(5)]).astype(np.int32)
+    lens, schedule = dsa.context_lens_and_schedule(prefix, 1, num_workers=6, path=path,
+                                                   request_offsets=offsets, total_rows=30)
+    np.testing.assert_array_equal(lens, want)
+    resolved = "native" if path == "auto" else path
+    np.testing.assert_array_equal(schedule, ref.varlen_schedule(want, offsets, 6, resolved))
+    with pytest.raises(ValueError, match="total_rows"):
+        dsa.context_lens_and_schedule(prefix, 1, num_workers=6, request_offsets=offsets)
+    with pytest.raises(ValueError, match="request_offsets"):
+        dsa.context_lens_and_schedule(prefix, 1, "legacy", 6, request_offsets=offsets,
+                                      total_rows=30)
+
+
 def test_causal_context_lens(rng):
     prefix = np.array([10, 5, 0, 300], dtype=np.int32)
     offsets = np.array([0, 2, 2, 7, 8], dtype=np.int32)

@@ -131,6 +131,13 @@ dsa::Status Pipeline::run_plan(dsa::LogitsPath path, const Buffer& schedule_memo
                             schedule_memory.view(dsa::DType::int32, {num_workers_ + 1, 2}), ctx);
 }
 
+dsa::Status Pipeline::run_lengths_and_plan(dsa::LogitsPath path, const Buffer& schedule_memory,
+                                       const dsa::ExecContext& ctx) const {
+  return dsa::context_lens_and_schedule(dsa::LengthConvention::causal, prefix_lens.view(dsa::DType::int32, {shape_.batch}),
+                                        shape_.next_n, context_lens_view(), num_workers_, path,
+                                        schedule_memory.view(dsa::DType::int32, {num_workers_ + 1, 2}), ctx);
+}
+
 dsa::Status Pipeline::run_logits(dsa::LogitsPath path, const Buffer& schedule_memory, const dsa::TensorView& cache_in,
                              const dsa::ExecContext& ctx) const {
   dsa::LogitsOptions options;

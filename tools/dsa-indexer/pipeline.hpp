@@ -28,6 +28,8 @@ class Pipeline {
   dsa::Status run_quantize(const dsa::ExecContext& ctx) const;
   dsa::Status run_lengths(const dsa::ExecContext& ctx) const;
   dsa::Status run_plan(dsa::LogitsPath path, const Buffer& schedule, const dsa::ExecContext& ctx) const;
+  // run_lengths then run_plan as one operation (context_lens_and_schedule).
+  dsa::Status run_lengths_and_plan(dsa::LogitsPath path, const Buffer& schedule, const dsa::ExecContext& ctx) const;
   dsa::Status run_logits(dsa::LogitsPath path, const Buffer& schedule, const dsa::TensorView& cache,
                      const dsa::ExecContext& ctx) const;
   // Top-k of `logits` (logits_view() or a copy of it) into `indices`, as

@@ -200,8 +200,8 @@ dsa::Status execute_run(const Options& options, std::FILE* text, Json* document,
   const std::vector<Stage> stages = {
       {"store_index_keys", [&](const dsa::ExecContext& c) { return pipeline.run_store_keys(c); }},
       {"quantize_queries", [&](const dsa::ExecContext& c) { return pipeline.run_quantize(c); }},
-      {"causal_context_lens", [&](const dsa::ExecContext& c) { return pipeline.run_lengths(c); }},
-      {"plan_schedule", [&](const dsa::ExecContext& c) { return pipeline.run_plan(path, pipeline.schedule, c); }},
+      {"context_lens_and_schedule",
+       [&](const dsa::ExecContext& c) { return pipeline.run_lengths_and_plan(path, pipeline.schedule, c); }},
       {"paged_mqa_logits",
        [&](const dsa::ExecContext& c) {
          return pipeline.run_logits(path, pipeline.schedule, pipeline.cache_view(), c);

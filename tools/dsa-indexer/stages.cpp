@@ -57,7 +57,7 @@ dsa::Status time_stages(const std::vector<Stage>& stages, bool gpu, const dsa::E
       entry.set("host_median_us", host * 1e6);
       note += "  (host " + format_time(host) + " per call)";
     }
-    std::fprintf(text, "  %-20s %12s%s\n", stage.name, format_time(time).c_str(), note.c_str());
+    std::fprintf(text, "  %-25s %12s%s\n", stage.name, format_time(time).c_str(), note.c_str());
   }
   if (gpu) DSA_RETURN_IF_ERROR(in_stage("timed runs", dsa::read_device_error(ctx)));
   return {};
