@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -31,20 +32,70 @@ inline std::size_t align_workspace(std::size_t bytes) {
   return (bytes + kWorkspaceAlignment - 1) / kWorkspaceAlignment * kWorkspaceAlignment;
 }
 
-// CTAs of `kernel` (of `threads` threads and `shared_bytes` of dynamic
-// shared memory) that device `device` holds at once; 0 when unknown.
-template <typename Kernel>
-std::int64_t resident_blocks(Kernel kernel, int threads, std::size_t shared_bytes, int device) {
-  int multiprocessors = 0;
-  int per_multiprocessor = 0;
-  if (cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device) !=
-          cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, threads,
-                                                    shared_bytes) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
+// Devices whose answers OncePerDevice keeps; a device beyond is asked afresh.
+inline constexpr int kRememberedDevices = 64;
+
+// A value computed once per device for the process. It holds answers that
+// cannot change while the process runs (an attribute, once set on a kernel,
+// stays set; an occupancy depends on the kernel, its launch shape and the
+// device alone), each a runtime call the launch path then skips.
+template <typename Value>
+class OncePerDevice {
+ public:
+  template <typename Compute>
+  Value get(int device, Compute&& compute) {
+    if (device < 0 || device >= kRememberedDevices) return compute();
+    std::call_once(computed_[device], [&] { values_[device] = compute(); });
+    return values_[device];
   }
-  return std::int64_t{multiprocessors} * per_multiprocessor;
+
+ private:
+  std::once_flag computed_[kRememberedDevices];
+  Value values_[kRememberedDevices]{};
+};
+
+// The calling thread's current device (the operation's, inside its scope).
+inline int current_device() {
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return device;
+}
+
+// Lets kKernel launch with up to `bytes` of dynamic shared memory on the
+// current device, setting the attribute once per device: `bytes` must be the
+// same at every call for a kernel and device.
+template <auto kKernel>
+Status allow_shared_bytes(std::size_t bytes) {
+  static OncePerDevice<cudaError_t> attribute_set;
+  const cudaError_t error = attribute_set.get(current_device(), [&] {
+    const cudaError_t set =
+        cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+    cudaGetLastError();
+    return set;
+  });
+  return cuda_status(error, "cudaFuncSetAttribute(max dynamic shared memory)");
+}
+
+// CTAs of kKernel (of `threads` threads and `shared_bytes` of dynamic shared
+// memory, the same at every call) that device `device` holds at once; 0 when
+// unknown. Asked once per device.
+template <auto kKernel>
+std::int64_t resident_blocks(int threads, std::size_t shared_bytes, int device) {
+  static OncePerDevice<std::int64_t> resident;
+  return resident.get(device, [&]() -> std::int64_t {
+    int multiprocessors = 0;
+    int per_multiprocessor = 0;
+    if (cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kKernel, threads, shared_bytes) !=
+            cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return std::int64_t{multiprocessors} * per_multiprocessor;
+  });
 }
 
 // Grid size for a grid-stride loop over `count` elements.

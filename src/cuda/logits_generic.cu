@@ -454,8 +454,8 @@ Status generic::paged_mqa_logits(const LogitsProblem& p, const ExecContext& ctx)
   }
   const SharedLayout layout{p.head_dim, static_cast<int>(head_tile), key_scale_blocks(p)};
   const std::size_t shared_bytes = layout.total();
-  DSA_CUDA_CHECK(cudaFuncSetAttribute(generic_logits_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(shared_bytes)));
+  // The device's limit (the same at every call), which covers this call's bytes.
+  DSA_RETURN_IF_ERROR(allow_shared_bytes<&generic_logits_kernel>(limit));
   return launch_kernel("generic_logits_kernel", generic_logits_kernel,
                        {static_cast<unsigned>(p.num_workers), kThreads, shared_bytes}, ctx, p, layout.head_tile,
                        error_record(ctx));

@@ -113,55 +113,63 @@ int cluster_size_for(const TopkProblem& p, int device) {
   return split_pays(p, size) ? static_cast<int>(size) : 1;
 }
 
+// Clusters of `cluster_size` CTAs of the cluster kernel that device `device`
+// holds at once (asked once per device and size: the answer depends on
+// neither the grid nor the stream), or -1 when the runtime cannot tell.
+template <typename Bits>
+int resident_clusters(int cluster_size, int device) {
+  static OncePerDevice<int> resident[topk_impl::kMaxGroupSize + 1];
+  return resident[cluster_size].get(device, [&] {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(cluster_size));
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = sizeof(SharedStorage);
+    cudaLaunchAttribute attribute = cluster_attribute(static_cast<unsigned>(cluster_size));
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, topk_cluster_kernel<Bits>, &config) != cudaSuccess) {
+      cudaGetLastError();
+      return -1;
+    }
+    return clusters;
+  });
+}
+
 template <typename Bits>
 Status launch_topk_kernels(const TopkProblem& p, TopkArgs args, const ExecContext& ctx) {
   constexpr std::size_t kSharedBytes = sizeof(SharedStorage);
   const int device = p.device.index;
   int cluster_size = cluster_size_for(p, device);
   if (cluster_size > 1) {
-    auto kernel = topk_cluster_kernel<Bits>;
-    DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(kSharedBytes)));
-    // The configuration the occupancy query weighs; launch_kernel launches it.
-    cudaLaunchConfig_t config{};
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = kSharedBytes;
-    config.stream = stream_of(ctx);
-    cudaLaunchAttribute attribute{};
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+    constexpr auto kernel = &topk_cluster_kernel<Bits>;
+    DSA_RETURN_IF_ERROR(allow_shared_bytes<kernel>(kSharedBytes));
     // Rows are short work each, so a second wave of clusters would nearly
     // double the call: the cluster shrinks (down to what the candidate list
     // needs) until the GPU holds a cluster for every row at once. Where the
     // clusters left no longer pay, or the GPU holds none, one CTA per row
     // serves.
     int active_clusters = 0;
-    cudaError_t occupancy = cudaSuccess;
     for (;;) {
-      config.gridDim = dim3(static_cast<unsigned>(p.rows * cluster_size));
-      attribute = cluster_attribute(static_cast<unsigned>(cluster_size));
-      occupancy = cudaOccupancyMaxActiveClusters(&active_clusters, kernel, &config);
-      if (occupancy != cudaSuccess) {
-        cudaGetLastError();
-        break;
-      }
+      active_clusters = resident_clusters<Bits>(cluster_size, device);
+      if (active_clusters < 0) break;
       if (active_clusters >= p.rows || cluster_size <= std::max<std::int64_t>(2, min_cluster_size(p))) break;
       --cluster_size;
     }
     // Shrunk clusters may no longer pay; a partitioned GPU may hold none.
-    if (split_pays(p, cluster_size) && (occupancy != cudaSuccess || active_clusters > 0)) {
+    if (split_pays(p, cluster_size) && active_clusters != 0) {
       args.group_size = cluster_size;
       return launch_kernel("topk_cluster_kernel", kernel,
-                           {config.gridDim, config.blockDim, kSharedBytes, static_cast<unsigned>(cluster_size)}, ctx,
-                           args);
+                           {dim3(static_cast<unsigned>(p.rows * cluster_size)), dim3(kThreads), kSharedBytes,
+                            static_cast<unsigned>(cluster_size)},
+                           ctx, args);
     }
   }
   args.group_size = 1;
-  auto kernel = topk_block_kernel<Bits>;
-  DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(kSharedBytes)));
+  constexpr auto kernel = &topk_block_kernel<Bits>;
+  DSA_RETURN_IF_ERROR(allow_shared_bytes<kernel>(kSharedBytes));
   if (p.cols > kMinOrderedLength) {
-    const std::int64_t first_wave = resident_blocks(kernel, kThreads, kSharedBytes, device);
+    const std::int64_t first_wave = resident_blocks<kernel>(kThreads, kSharedBytes, device);
     if (first_wave > 0 && p.rows > first_wave && p.rows - first_wave <= topk_impl::kMaxOrderedRows) {
       args.second_wave = static_cast<int>(first_wave);
     }

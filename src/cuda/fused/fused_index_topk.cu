@@ -230,8 +230,7 @@ Status launch_select_listed(const topk_impl::TopkArgs& args, const CandidateList
                             const LogitsProblem& p, const std::int32_t* run_if,
                             std::int32_t* short_rows, const ExecContext& ctx) {
   constexpr int kSharedBytes = sizeof(topk_impl::ListedStorage);
-  DSA_CUDA_CHECK(cudaFuncSetAttribute(select_listed_kernel,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
+  DSA_RETURN_IF_ERROR(allow_shared_bytes<&select_listed_kernel>(kSharedBytes));
   return launch_kernel("select_listed_kernel", select_listed_kernel,
                        {static_cast<unsigned>(p.rows()), topk_impl::kThreads, kSharedBytes}, ctx, args, lists,
                        p.schedule, p.num_workers, run_if, short_rows);

@@ -37,13 +37,12 @@ template <int kRows, int kHeads>
 Status launch_samples(const LogitsKernelParams& params, int device, const RowSamples& samples,
                       const ExecContext& ctx, const CUtensorMap& query_map) {
   using Layout = SampleLayout<kRows, kHeads>;
-  auto* kernel = &sample_scores_kernel<kRows, kHeads>;
-  DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      Layout::launch_bytes));
+  constexpr auto kernel = &sample_scores_kernel<kRows, kHeads>;
+  DSA_RETURN_IF_ERROR(allow_shared_bytes<kernel>(Layout::launch_bytes));
   const std::int64_t units = schedule_units(params.batch, params.next_n, params.path);
   const int tiles = most_sample_tiles(params.max_context_len);
   const int tiles_per_cta = sample_tiles_per_cta(
-      units, tiles, resident_blocks(kernel, kSampleThreads, Layout::launch_bytes, device));
+      units, tiles, resident_blocks<kernel>(kSampleThreads, Layout::launch_bytes, device));
   const dim3 grid(static_cast<unsigned>(units),
                   static_cast<unsigned>(std::max(1, (tiles + tiles_per_cta - 1) / tiles_per_cta)));
   return launch_kernel("sample_scores_kernel", kernel, {grid, kSampleThreads, Layout::launch_bytes}, ctx, params,

@@ -61,8 +61,8 @@ Status launch(const MqaLogitsProblem& p, const ExecContext& ctx) {
                                         std::to_string(row_tiles) + " row tiles x " + std::to_string(chunks) +
                                         " key chunks); split the rows (plan_mqa_logits_chunks)"};
   }
-  auto* kernel = &mqa_logits_sm90_kernel<kHeads, kFp4Keys, kFp4Queries>;
-  DSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout::launch_bytes));
+  constexpr auto kernel = &mqa_logits_sm90_kernel<kHeads, kFp4Keys, kFp4Queries>;
+  DSA_RETURN_IF_ERROR(allow_shared_bytes<kernel>(Layout::launch_bytes));
   return launch_kernel("mqa_logits_sm90_kernel", kernel,
                        {static_cast<unsigned>(blocks), Layout::kThreads, Layout::launch_bytes}, ctx, p, chunks,
                        error_record(ctx), key_map, query_map);

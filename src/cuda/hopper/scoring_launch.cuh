@@ -39,10 +39,9 @@ Status launch(const LogitsKernelParams& params, const ExecContext& ctx, const CU
               const CUtensorMap& query_map) {
   using Layout = SharedLayout<kRows, kHeads, kSelect>;
   constexpr int kSharedBytes = Layout::launch_bytes;
-  auto* kernel =
+  constexpr auto kernel =
       &paged_logits_sm90_kernel<kRows, kHeads, kScoringPassColumns, kSelect, kUneven, kFp4Keys, kFp4Queries>;
-  DSA_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
+  DSA_RETURN_IF_ERROR(allow_shared_bytes<kernel>(kSharedBytes));
   return launch_kernel("paged_logits_sm90_kernel", kernel,
                        {static_cast<unsigned>(params.num_workers), Layout::kThreads, kSharedBytes}, ctx, params,
                        key_map, query_map);

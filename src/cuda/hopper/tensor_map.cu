@@ -12,15 +12,35 @@ namespace dsa::detail::cuda::hopper {
 
 namespace {
 
-Status tensor_map_encoder(const char* op, PFN_cuTensorMapEncodeTiled_v12000* encode) {
+// The driver's entry point, looked up once for the process (the driver a
+// process loaded does not change): a lookup per map was a runtime call on
+// every launch path that encodes maps.
+struct EncoderLookup {
+  cudaError_t error = cudaSuccess;
+  PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+};
+
+EncoderLookup look_up_encoder() {
+  EncoderLookup lookup;
   void* function = nullptr;
   cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-  DSA_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
-                                                  cudaEnableDefault, &found));
-  if (found != cudaDriverEntryPointSuccess || function == nullptr) {
+  lookup.error = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000, cudaEnableDefault,
+                                                  &found);
+  if (lookup.error != cudaSuccess) {
+    cudaGetLastError();
+  } else if (found == cudaDriverEntryPointSuccess) {
+    lookup.encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function);
+  }
+  return lookup;
+}
+
+Status tensor_map_encoder(const char* op, PFN_cuTensorMapEncodeTiled_v12000* encode) {
+  static const EncoderLookup lookup = look_up_encoder();
+  DSA_RETURN_IF_ERROR(cuda_status(lookup.error, "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)"));
+  if (lookup.encode == nullptr) {
     return {ErrorCode::cuda_error, std::string(op) + ": the driver does not provide cuTensorMapEncodeTiled"};
   }
-  *encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function);
+  *encode = lookup.encode;
   return Status::success();
 }
 
