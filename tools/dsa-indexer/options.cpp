@@ -353,9 +353,10 @@ Usage:
   dsa-indexer --help
 
 Pipeline of the default run: store_index_keys (bf16 keys -> fp8 paged cache),
-quantize_queries (bf16 q + raw head gate), causal_context_lens, plan_schedule,
-paged_mqa_logits, topk, index_topk. Exit status: 0 when verification passes,
-1 when it fails or an operation reports an error, 2 on a usage error.
+quantize_queries (bf16 q + raw head gate), context_lens_and_schedule (causal
+lengths and the schedule in one call), paged_mqa_logits, topk, index_topk. Exit
+status: 0 when verification passes, 1 when it fails or an operation reports an
+error, 2 on a usage error.
 
 Options of the default run:
   --backend B     auto | cpu | cpu-reference | cuda | cuda-generic | cuda-hopper
