@@ -5,8 +5,14 @@
 // request b has ceil(max_j L[b, j] / 256) items. On the per-token path every
 // row r = b * next_n + j is its own unit with ceil(L[b, j] / 256) items. Items
 // are ordered lexicographically by (unit, chunk) and cut into num_workers
-// contiguous ranges whose sizes differ by at most one item: worker w starts at
-// item floor(w * total / num_workers).
+// contiguous ranges of equal weight, where a unit with n > 0 items weighs
+// n + e, with e = kUnitStartWeight = 2 for a unit of at most 2 rows (every
+// unit on the per-token path; next_n <= 2 on the native path) and e = 0 for
+// more rows (below), and a unit without items weighs 0. Laid end to end in
+// unit order, the weights give positions 0 .. total - 1; the first e + 1
+// positions of a unit name its item 0 and position e + c its item c. Worker w
+// starts at the item that position floor(w * total / num_workers) names
+// (position 0: (0, 0)).
 //
 // schedule is int32 [num_workers + 1, 2], inner dimension contiguous:
 //   schedule[w]           = (unit, chunk) of worker w's first item, w < num_workers
@@ -46,6 +52,15 @@
 namespace dsa {
 
 inline constexpr int kChunkTokens = 256;
+// What entering a unit of at most kUnitStartWeightMaxRows rows weighs in
+// the split, in items: a worker whose range enters a unit first reads the
+// unit's lengths, block-table entries and queries, a chain of dependent reads
+// that costs the scoring kernels about two items' streaming time; weighing it
+// gives ranges that cross into another unit fewer items, so that they end
+// with the others. Units of more rows are bound by their products, behind
+// which that chain hides: entering them weighs nothing.
+inline constexpr int kUnitStartWeight = 2;
+inline constexpr int kUnitStartWeightMaxRows = 2;
 // Rows of one request a native unit scores together when requests have
 // uneven row counts (request_offsets).
 inline constexpr int kVarlenRowTile = 8;

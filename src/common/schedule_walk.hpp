@@ -152,12 +152,29 @@ DSA_HD WorkItem schedule_entry(const std::int32_t* schedule, int index) {
   return WorkItem{schedule[2 * index], schedule[2 * index + 1]};
 }
 
-// The planners' split: worker w's first item among `total` items shared by
-// `workers` is floor(w * total / workers), computed exactly in 64 bits
-// (w * (total % workers) < workers^2).
-DSA_HD std::int64_t worker_first_item(std::int64_t worker, std::int64_t total, std::int64_t workers) {
+// The planners' split: worker w's first position among `total` weight
+// positions shared by `workers` is floor(w * total / workers), computed
+// exactly in 64 bits (w * (total % workers) < workers^2).
+DSA_HD std::int64_t worker_first_position(std::int64_t worker, std::int64_t total, std::int64_t workers) {
   const std::int64_t whole = total / workers, rest = total % workers;
   return worker * whole + worker * rest / workers;
+}
+
+// What the split weighs (dsa/schedule.hpp): entering a unit of `rows` rows,
+// and a whole unit of `chunks` items (one with none weighs nothing).
+DSA_HD std::int64_t unit_start_weight(std::int64_t rows) {
+  return rows <= kUnitStartWeightMaxRows ? kUnitStartWeight : 0;
+}
+DSA_HD std::int64_t unit_weight(std::int64_t chunks, std::int64_t rows) {
+  return chunks > 0 ? unit_start_weight(rows) + chunks : 0;
+}
+
+// The chunk a worker starts at when its first position lies `offset` into
+// the weight of a unit of `rows` rows: the unit's start positions name its
+// first chunk.
+DSA_HD std::int64_t chunk_at_weight_offset(std::int64_t offset, std::int64_t rows) {
+  const std::int64_t start = unit_start_weight(rows);
+  return offset > start ? offset - start : 0;
 }
 
 // Worker w's half-open range; the last worker runs to the end of the batch.

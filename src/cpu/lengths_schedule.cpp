@@ -44,30 +44,31 @@ void write_context_lens(const LengthsProblem& p) {
   }
 }
 
-// Worker w starts at item floor(w * total / W): item 0 is written (0, 0), the
-// start of the walk, and item i > 0 as the (unit, chunk) of the i-th item.
+// Worker w starts at weight position floor(w * total / W) (schedule_walk.hpp):
+// position 0 is written (0, 0), the start of the walk, and any other as the
+// (unit, chunk) it names.
 void write_schedule(const ScheduleProblem& p) {
   const UnitLayout layout = unit_layout(p);
   std::int64_t total = 0;
   for (std::int64_t unit = 0; unit < layout.units;) {
     const UnitSpan span = unit_containing(layout, unit);
-    total += chunks_for_length(unit_length(layout, span));
+    total += unit_weight(chunks_for_length(unit_length(layout, span)), span.rows);
     unit = span.next;
   }
   UnitSpan span = layout.units > 0 ? unit_containing(layout, 0) : UnitSpan{};
-  std::int64_t items_before_unit = 0;
+  std::int64_t weight_before_unit = 0;
   for (int w = 0; w < p.num_workers; ++w) {
-    const std::int64_t first = worker_first_item(w, total, p.num_workers);
+    const std::int64_t first = worker_first_position(w, total, p.num_workers);
     WorkItem start{0, 0};
     if (first > 0) {
-      // Advance to the unit holding item `first` (workers start in increasing order).
+      // Advance to the unit holding position `first` (workers start in increasing order).
       for (;;) {
-        const std::int64_t chunks = chunks_for_length(unit_length(layout, span));
-        if (first < items_before_unit + chunks) break;
-        items_before_unit += chunks;
+        const std::int64_t weight = unit_weight(chunks_for_length(unit_length(layout, span)), span.rows);
+        if (first < weight_before_unit + weight) break;
+        weight_before_unit += weight;
         span = unit_containing(layout, span.next);
       }
-      start = WorkItem{span.unit, first - items_before_unit};
+      start = WorkItem{span.unit, chunk_at_weight_offset(first - weight_before_unit, span.rows)};
     }
     p.schedule[2 * w] = static_cast<std::int32_t>(start.unit);
     p.schedule[2 * w + 1] = static_cast<std::int32_t>(start.chunk);

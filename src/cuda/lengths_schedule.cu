@@ -123,8 +123,8 @@ __device__ void write_entry(std::int32_t* schedule, std::int64_t worker, std::in
 // barrier, which makes the CTA's global writes visible to all its threads.
 __global__ void __launch_bounds__(kPlanThreads)
     plan_schedule_kernel(LengthsProblem lengths, ScheduleProblem p, DeviceErrorRecord* record) {
-  // Per thread, the items of the segments up to its own within its warp;
-  // per warp, the items up to its own: the scan's two halves.
+  // Per thread, the weight of the segments up to its own within its warp;
+  // per warp, the weight up to its own: the scan's two halves.
   __shared__ std::int64_t warp_scanned[kPlanThreads];
   __shared__ std::int64_t warp_ends[kPlanWarps];
   const UnitLayout layout = unit_layout(p);
@@ -146,14 +146,14 @@ __global__ void __launch_bounds__(kPlanThreads)
     for (std::int64_t i = threadIdx.x; i < elements; i += kPlanThreads) write_context_length(lengths, i, record);
     __syncthreads();
   }
-  std::int64_t segment_items = 0;
+  std::int64_t segment_weight = 0;
   walk_segment(layout, segment_first(threadIdx.x), segment_last(threadIdx.x),
-               [&](const UnitSpan&, std::int64_t chunks) {
-                 segment_items += chunks;
+               [&](const UnitSpan& span, std::int64_t chunks) {
+                 segment_weight += unit_weight(chunks, span.rows);
                  return false;
                });
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  const std::int64_t in_warp = warp_inclusive_sum(segment_items);
+  const std::int64_t in_warp = warp_inclusive_sum(segment_weight);
   warp_scanned[threadIdx.x] = in_warp;
   if (lane == 31) warp_ends[warp] = in_warp;
   __syncthreads();
@@ -163,8 +163,8 @@ __global__ void __launch_bounds__(kPlanThreads)
     if (lane < kPlanWarps) warp_ends[lane] = scanned;
   }
   __syncthreads();
-  // Items of the segments of threads 0 .. thread.
-  const auto items_through = [&](std::int64_t thread) {
+  // Weight of the segments of threads 0 .. thread.
+  const auto weight_through = [&](std::int64_t thread) {
     return warp_scanned[thread] + (thread >= 32 ? warp_ends[thread / 32 - 1] : 0);
   };
   const std::int64_t total = warp_ends[kPlanWarps - 1];
@@ -172,32 +172,33 @@ __global__ void __launch_bounds__(kPlanThreads)
 
   if (threadIdx.x == 0) write_entry(p.schedule, workers, units, kChunkTokens);
   for (std::int64_t w = threadIdx.x; w < workers; w += kPlanThreads) {
-    const std::int64_t item = worker_first_item(w, total, workers);
-    // Item 0 is written (0, 0), the start of the walk, so that a schedule
+    const std::int64_t position = worker_first_position(w, total, workers);
+    // Position 0 is written (0, 0), the start of the walk, so that a schedule
     // used with other lengths still covers everything.
-    if (item == 0) {
+    if (position == 0) {
       write_entry(p.schedule, w, 0, 0);
       continue;
     }
-    // The first segment whose items run past `item` (item < total, so one does).
+    // The first segment whose weight runs past `position` (position < total, so one does).
     std::int64_t low = 0, count = segments;
     while (count > 0) {
       const std::int64_t half = count / 2;
-      if (items_through(low + half) <= item) {
+      if (weight_through(low + half) <= position) {
         low += half + 1;
         count -= half + 1;
       } else {
         count = half;
       }
     }
-    // Within it, the unit holding the item: the first whose items run past it.
-    std::int64_t before = low > 0 ? items_through(low - 1) : 0;
+    // Within it, the unit holding the position: the first whose weight runs past it.
+    std::int64_t before = low > 0 ? weight_through(low - 1) : 0;
     walk_segment(layout, segment_first(low), segment_last(low), [&](const UnitSpan& span, std::int64_t chunks) {
-      if (item < before + chunks) {
-        write_entry(p.schedule, w, span.unit, item - before);
+      const std::int64_t weight = unit_weight(chunks, span.rows);
+      if (position < before + weight) {
+        write_entry(p.schedule, w, span.unit, chunk_at_weight_offset(position - before, span.rows));
         return true;
       }
-      before += chunks;
+      before += weight;
       return false;
     });
   }

@@ -274,6 +274,11 @@ struct ScheduleModel {
   std::vector<std::int64_t> items;        // items of each unit
   std::vector<std::int64_t> items_until;  // items of the units before each unit
   std::int64_t total = 0;
+  // The split's weight positions laid end to end, each as the index of the
+  // item it names: a unit of n > 0 items contributes its first item 1 + e
+  // times, then each later item once (weight n + e; e = 2 for units of at
+  // most two rows, else 0).
+  std::vector<std::int64_t> named_item;
 
   std::int64_t units() const { return static_cast<std::int64_t>(items.size()); }
   // Items strictly before (unit, chunk) in (unit, chunk) order.
@@ -298,6 +303,11 @@ ScheduleModel model_schedule(const std::vector<std::int32_t>& lens, std::int64_t
     }
     model.items_until.push_back(model.total);
     model.items.push_back((length + kChunk - 1) / kChunk);
+    const int unit_rows = per_token ? 1 : next_n;
+    for (std::int64_t c = 0; c < model.items.back(); ++c) {
+      const int copies = c > 0 ? 1 : unit_rows <= 2 ? 3 : 1;
+      for (int i = 0; i < copies; ++i) model.named_item.push_back(model.total + c);
+    }
     model.total += model.items.back();
   }
   return model;
@@ -345,11 +355,14 @@ std::string check_schedule(const std::int32_t* schedule, int num_workers,
       error << "worker " << w + 1 << " starts before worker " << w;
       return error.str();
     }
-    const std::int64_t want = w * model.total / num_workers;
+    const auto positions = static_cast<std::int64_t>(model.named_item.size());
+    const std::int64_t position = w * positions / num_workers;
+    const std::int64_t want = position < positions ? model.named_item[position] : 0;
     const std::int64_t got = model.items_before(entry[0], entry[1]);
     if (got != want) {
       error << "worker " << w << " starts at (" << entry[0] << ", " << entry[1] << ") = item " << got
-            << ", expected item " << want << " of " << model.total;
+            << ", expected item " << want << " of " << model.total << " (weight position " << position
+            << " of " << positions << ")";
       return error.str();
     }
     if (entry[0] < 0 || entry[0] > model.units() || entry[1] < 0) {
@@ -374,14 +387,20 @@ std::string check_schedule(const std::int32_t* schedule, int num_workers,
   return {};
 }
 
-std::vector<std::int64_t> items_per_worker(const std::int32_t* schedule, int num_workers,
-                                           const std::vector<std::int32_t>& context_lens,
-                                           std::int64_t batch, int next_n, bool per_token) {
+std::vector<WorkerShare> worker_shares(const std::int32_t* schedule, int num_workers,
+                                       const std::vector<std::int32_t>& context_lens, std::int64_t batch,
+                                       int next_n, bool per_token) {
   const ScheduleModel model = model_schedule(context_lens, batch, next_n, per_token);
-  std::vector<std::int64_t> counts(static_cast<std::size_t>(num_workers), 0);
-  for (int w = 0; w < num_workers; ++w)
-    walk_worker(schedule, w, num_workers, model, [&](std::int64_t, std::int64_t) { ++counts[w]; });
-  return counts;
+  std::vector<WorkerShare> shares(static_cast<std::size_t>(num_workers));
+  for (int w = 0; w < num_workers; ++w) {
+    std::int64_t last_unit = -1;
+    walk_worker(schedule, w, num_workers, model, [&](std::int64_t unit, std::int64_t) {
+      ++shares[w].items;
+      if (unit != last_unit) ++shares[w].units;
+      last_unit = unit;
+    });
+  }
+  return shares;
 }
 
 }  // namespace dsa_test

@@ -141,18 +141,26 @@ std::vector<std::int32_t> reference_topk(const float* values, std::int64_t lengt
 
 // Checks a schedule (int32 [num_workers + 1, 2], contiguous) against the
 // documented plan for these lengths ([batch * next_n], row-major) and path:
-// the trailer, monotone in-range starts, every worker starting after exactly
-// floor(w * total / num_workers) items (however the start is encoded), and,
+// the trailer, monotone in-range starts, every worker starting at the item
+// that weight position floor(w * total / num_workers) names (however the start
+// is encoded; a unit weighs its items, + 2 where it has at most two rows, see
+// dsa/schedule.hpp), and,
 // by walking the ranges, that every work item is covered exactly once. Returns an empty string when all holds, else
 // a description of the first violation.
 std::string check_schedule(const std::int32_t* schedule, int num_workers,
                            const std::vector<std::int32_t>& context_lens, std::int64_t batch,
                            int next_n, bool per_token);
 
-// Items of each worker when the schedule is walked against these lengths
+// What one worker walks: its items, and the units it scores items of.
+struct WorkerShare {
+  std::int64_t items = 0;
+  std::int64_t units = 0;
+};
+
+// Each worker's share when the schedule is walked against these lengths
 // (the coverage the scoring operations rely on).
-std::vector<std::int64_t> items_per_worker(const std::int32_t* schedule, int num_workers,
-                                           const std::vector<std::int32_t>& context_lens,
-                                           std::int64_t batch, int next_n, bool per_token);
+std::vector<WorkerShare> worker_shares(const std::int32_t* schedule, int num_workers,
+                                       const std::vector<std::int32_t>& context_lens, std::int64_t batch,
+                                       int next_n, bool per_token);
 
 }  // namespace dsa_test

@@ -214,22 +214,27 @@ TEST_P(VarlenPropertyTest, DeterministicRunToRun) {
 
 // The planned schedule against the documented plan: units are row tiles of
 // 8 rows of one request (rows on the per-token path) named by their first
-// row, items ordered by (unit, chunk), worker w starting at item
-// floor(w * total / W) (item 0 as (0, 0)), trailer (T, 256).
+// row, items ordered by (unit, chunk), worker w starting at the item that
+// weight position floor(w * total / W) names (a unit of n items weighs n + 2
+// where it has at most two rows, its first three positions naming its first
+// item, else n; position 0 as (0, 0)), trailer (T, 256).
 TEST_P(VarlenPropertyTest, ScheduleIsTheDocumentedPlan) {
   const dsa::ExecContext ctx = cpu_context(GetParam());
   const VarlenSpec spec{.rows_per_request = {3, 0, 19, 8, 1, 0, 12}, .causal = false, .max_prefix = 1200, .seed = 71};
   VarlenWorkload v = make_varlen_workload(spec);
   const std::vector<std::int32_t>& lens = v.rows.context_lens;
   for (const dsa::LogitsPath path : {dsa::LogitsPath::native, dsa::LogitsPath::per_token}) {
-    // (unit name, chunk) of every item, written from the contract.
+    // (unit name, chunk) that every weight position names, written from the contract.
     std::vector<std::pair<std::int32_t, std::int32_t>> items;
     for (std::int64_t b = 0; b < v.requests; ++b) {
       const int tile = path == dsa::LogitsPath::native ? kRowTile : 1;
       for (std::int32_t first = v.request_offsets[b]; first < v.request_offsets[b + 1]; first += tile) {
         const std::int32_t end = std::min(first + tile, v.request_offsets[b + 1]);
         const std::int32_t longest = *std::max_element(lens.begin() + first, lens.begin() + end);
-        for (std::int32_t c = 0; c < (longest + 255) / 256; ++c) items.emplace_back(first, c);
+        for (std::int32_t c = 0; c < (longest + 255) / 256; ++c) {
+          const int copies = c == 0 && end - first <= 2 ? 3 : 1;
+          for (int copy = 0; copy < copies; ++copy) items.emplace_back(first, c);
+        }
       }
     }
     for (const int workers : {1, 2, 5, 13, 64}) {

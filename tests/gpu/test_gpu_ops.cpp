@@ -255,10 +255,10 @@ TEST(GpuPlanSchedule, MatchesHostPlan) {
               << "batch " << batch << " next_n " << next_n << " workers " << workers << " "
               << dsa::logits_path_name(path);
           // Walking the plan covers every item once.
-          const auto counts = items_per_worker(host.data(), workers, lens, batch, next_n,
-                                               path == dsa::LogitsPath::per_token);
+          const auto shares = worker_shares(host.data(), workers, lens, batch, next_n,
+                                            path == dsa::LogitsPath::per_token);
           std::int64_t covered = 0;
-          for (const auto n : counts) covered += n;
+          for (const WorkerShare& share : shares) covered += share.items;
           std::int64_t total = 0;
           const std::int64_t units = path == dsa::LogitsPath::per_token ? batch * next_n : batch;
           for (std::int64_t u = 0; u < units; ++u) {

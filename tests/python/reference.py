@@ -173,18 +173,30 @@ def slots(positions, block_table, requests, page):
     return np.where(positions >= 0, slot, -1).astype(np.int32)
 
 
+def _split(units, num_workers):
+    """Worker starts of the documented split (include/dsa/schedule.hpp) over units given
+    as (name, item count, rows): a unit of n > 0 items weighs n + 2 where it has at most
+    two rows, its first three weight positions naming its first item, else n; worker w
+    starts at the (unit, chunk) that position w * total // num_workers names, position 0
+    as (0, 0)."""
+    named = [(name, chunk) for name, count, rows in units for chunk in range(count)
+             for _ in range(3 if chunk == 0 and rows <= 2 else 1)]
+    out = np.zeros((num_workers, 2), dtype=np.int32)
+    for w in range(num_workers):
+        first = w * len(named) // num_workers
+        out[w] = named[first] if first > 0 else (0, 0)
+    return out
+
+
 def schedule(lens_2d, num_workers, path):
     """int32 [num_workers + 1, 2] as documented in include/dsa/schedule.hpp."""
     if path == "native":
         chunks = -(-lens_2d.max(axis=1, initial=0) // CHUNK)
     else:
         chunks = -(-lens_2d.reshape(-1) // CHUNK)
-    items = [(unit, chunk) for unit, count in enumerate(chunks) for chunk in range(count)]
-    total = len(items)
     out = np.zeros((num_workers + 1, 2), dtype=np.int32)
-    for w in range(num_workers):
-        first = w * total // num_workers
-        out[w] = items[first] if first < total else (len(chunks), 0)
+    rows = lens_2d.shape[1] if path == "native" else 1
+    out[:num_workers] = _split([(unit, int(c), rows) for unit, c in enumerate(chunks)], num_workers)
     out[num_workers] = (len(chunks), CHUNK)
     return out
 
@@ -351,15 +363,12 @@ def varlen_schedule(lens, offsets, num_workers, path):
     units are row tiles of 8 rows of one request (single rows on the per-token path) named
     by their first row; the trailer is (T, 256)."""
     tile = 8 if path == "native" else 1
-    items = []
+    units = []
     for b in range(len(offsets) - 1):
         for first in range(offsets[b], offsets[b + 1], tile):
             end = min(first + tile, offsets[b + 1])
-            chunks = -(-int(lens[first:end].max()) // CHUNK)
-            items.extend((first, c) for c in range(chunks))
+            units.append((first, -(-int(lens[first:end].max()) // CHUNK), end - first))
     out = np.zeros((num_workers + 1, 2), dtype=np.int32)
-    for w in range(num_workers):
-        first = w * len(items) // num_workers
-        out[w] = items[first] if first > 0 else (0, 0)
+    out[:num_workers] = _split(units, num_workers)
     out[num_workers] = (len(lens), CHUNK)
     return out
