@@ -49,10 +49,13 @@ void write_context_lens(const LengthsProblem& p) {
 // (unit, chunk) it names.
 void write_schedule(const ScheduleProblem& p) {
   const UnitLayout layout = unit_layout(p);
+  const auto weight_of = [&](const UnitSpan& span) {
+    return unit_weight(chunks_for_length(unit_length(layout, span)), span.rows);
+  };
   std::int64_t total = 0;
   for (std::int64_t unit = 0; unit < layout.units;) {
     const UnitSpan span = unit_containing(layout, unit);
-    total += unit_weight(chunks_for_length(unit_length(layout, span)), span.rows);
+    total += weight_of(span);
     unit = span.next;
   }
   UnitSpan span = layout.units > 0 ? unit_containing(layout, 0) : UnitSpan{};
@@ -63,7 +66,7 @@ void write_schedule(const ScheduleProblem& p) {
     if (first > 0) {
       // Advance to the unit holding position `first` (workers start in increasing order).
       for (;;) {
-        const std::int64_t weight = unit_weight(chunks_for_length(unit_length(layout, span)), span.rows);
+        const std::int64_t weight = weight_of(span);
         if (first < weight_before_unit + weight) break;
         weight_before_unit += weight;
         span = unit_containing(layout, span.next);

@@ -274,10 +274,12 @@ struct ScheduleModel {
   std::vector<std::int64_t> items;        // items of each unit
   std::vector<std::int64_t> items_until;  // items of the units before each unit
   std::int64_t total = 0;
+  // What entering a unit weighs in the split: 2 for units of at most two
+  // rows, else 0.
+  std::int64_t entry = 0;
   // The split's weight positions laid end to end, each as the index of the
-  // item it names: a unit of n > 0 items contributes its first item 1 + e
-  // times, then each later item once (weight n + e; e = 2 for units of at
-  // most two rows, else 0).
+  // item it names: a unit of n > 0 items contributes its first item
+  // 1 + entry times, then each later item once (weight n + entry).
   std::vector<std::int64_t> named_item;
 
   std::int64_t units() const { return static_cast<std::int64_t>(items.size()); }
@@ -293,6 +295,7 @@ ScheduleModel model_schedule(const std::vector<std::int32_t>& lens, std::int64_t
                              bool per_token) {
   constexpr std::int64_t kChunk = 256;
   ScheduleModel model;
+  model.entry = (per_token || next_n <= 2) ? 2 : 0;
   const std::int64_t units = per_token ? batch * next_n : batch;
   for (std::int64_t u = 0; u < units; ++u) {
     std::int64_t length = 0;
@@ -303,10 +306,9 @@ ScheduleModel model_schedule(const std::vector<std::int32_t>& lens, std::int64_t
     }
     model.items_until.push_back(model.total);
     model.items.push_back((length + kChunk - 1) / kChunk);
-    const int unit_rows = per_token ? 1 : next_n;
     for (std::int64_t c = 0; c < model.items.back(); ++c) {
-      const int copies = c > 0 ? 1 : unit_rows <= 2 ? 3 : 1;
-      for (int i = 0; i < copies; ++i) model.named_item.push_back(model.total + c);
+      const std::int64_t copies = c == 0 ? 1 + model.entry : 1;
+      for (std::int64_t i = 0; i < copies; ++i) model.named_item.push_back(model.total + c);
     }
     model.total += model.items.back();
   }
@@ -396,11 +398,17 @@ std::vector<WorkerShare> worker_shares(const std::int32_t* schedule, int num_wor
     std::int64_t last_unit = -1;
     walk_worker(schedule, w, num_workers, model, [&](std::int64_t unit, std::int64_t) {
       ++shares[w].items;
-      if (unit != last_unit) ++shares[w].units;
+      ++shares[w].weight;
+      if (unit != last_unit) shares[w].weight += model.entry;
       last_unit = unit;
     });
   }
   return shares;
+}
+
+std::int64_t split_weight(const std::vector<std::int32_t>& context_lens, std::int64_t batch, int next_n,
+                          bool per_token) {
+  return static_cast<std::int64_t>(model_schedule(context_lens, batch, next_n, per_token).named_item.size());
 }
 
 }  // namespace dsa_test

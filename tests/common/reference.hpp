@@ -151,10 +151,11 @@ std::string check_schedule(const std::int32_t* schedule, int num_workers,
                            const std::vector<std::int32_t>& context_lens, std::int64_t batch,
                            int next_n, bool per_token);
 
-// What one worker walks: its items, and the units it scores items of.
+// What one worker walks: its items, and their weight in the split (the
+// items plus the entry weight of each unit it scores items of).
 struct WorkerShare {
   std::int64_t items = 0;
-  std::int64_t units = 0;
+  std::int64_t weight = 0;
 };
 
 // Each worker's share when the schedule is walked against these lengths
@@ -162,5 +163,10 @@ struct WorkerShare {
 std::vector<WorkerShare> worker_shares(const std::int32_t* schedule, int num_workers,
                                        const std::vector<std::int32_t>& context_lens, std::int64_t batch,
                                        int next_n, bool per_token);
+
+// The split's total weight for these lengths: each unit's items, plus the
+// entry weight (2 for units of at most two rows, else 0) of each unit with items.
+std::int64_t split_weight(const std::vector<std::int32_t>& context_lens, std::int64_t batch, int next_n,
+                          bool per_token);
 
 }  // namespace dsa_test

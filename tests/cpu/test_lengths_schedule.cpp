@@ -122,18 +122,10 @@ TEST_P(ScheduleTest, CoversEveryItemOnceAndBalances) {
             // 2 where units have at most two rows; none exceeds an equal share of the
             // total weight by more than one unit entry (the one a worker starting
             // inside a unit pays).
-            const int rows_per_unit = per_token ? 1 : next_n;
-            const std::int64_t entry = rows_per_unit <= 2 ? 2 : 0;
-            std::int64_t total_weight = 0;
-            for (std::int64_t u = 0; u < batch * next_n / rows_per_unit; ++u) {
-              std::int64_t longest = 0;
-              for (int i = 0; i < rows_per_unit; ++i) longest = std::max<std::int64_t>(longest, lens[u * rows_per_unit + i]);
-              const std::int64_t chunks = (longest + 255) / 256;
-              total_weight += chunks > 0 ? chunks + entry : 0;
-            }
-            const std::int64_t share = (total_weight + workers - 1) / workers;
+            const std::int64_t entry = per_token || next_n <= 2 ? 2 : 0;
+            const std::int64_t share = (split_weight(lens, batch, next_n, per_token) + workers - 1) / workers;
             for (const WorkerShare& s : worker_shares(schedule.entries.data(), workers, lens, batch, next_n, per_token)) {
-              EXPECT_LE(s.items + entry * s.units, share + entry);
+              EXPECT_LE(s.weight, share + entry);
             }
           }
         }
